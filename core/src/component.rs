@@ -1,0 +1,337 @@
+//! The three kinds of component a policy composes: filters, scorers and a picker.
+//!
+//! Each declares the [`WorkerInputs`] it reads for a [`Leg`] and sees only those through its
+//! views. Filters decide per row; scorers write one cost per candidate, once per selection; the
+//! picker returns one candidate. Components are immutable: anything that varies per call lives in
+//! the caller's [`crate::Selector`].
+
+use core::fmt;
+
+use crate::inputs::{Candidates, RequestView, RowView, WorkerInputs};
+use crate::rng::RandomSource;
+use crate::types::Leg;
+
+/// An error a component reports about itself (a host callback failing, say). The selector wraps
+/// it with the component's kind and index.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ComponentError {
+    /// A component-defined code (a C callback's non-zero return value, for example).
+    pub code: i32,
+}
+
+impl fmt::Display for ComponentError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "component reported error code {}", self.code)
+    }
+}
+
+impl core::error::Error for ComponentError {}
+
+/// A filter's decision about one row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Verdict {
+    /// The row stays a candidate.
+    Keep,
+    /// The row is removed ("filtered").
+    Reject,
+    /// The row is removed because the worker is overloaded; when every removal is of this kind
+    /// the selection fails with [`crate::SelectError::AllOverloaded`].
+    Overloaded,
+}
+
+/// Removes candidates, one row at a time, before scoring.
+///
+/// # Examples
+///
+/// ```
+/// use libroute_core::{ComponentError, Filter, Leg, RequestView, RowView, Verdict, WorkerInputs};
+///
+/// /// Keeps workers with at most `max` active requests.
+/// struct MaxRequests { max: u64 }
+///
+/// impl Filter for MaxRequests {
+///     fn inputs(&self, _leg: Leg) -> WorkerInputs { WorkerInputs::LOAD }
+///     fn check(&self, _req: &RequestView<'_>, row: &RowView<'_>) -> Result<Verdict, ComponentError> {
+///         let load = row.load().expect("LOAD was declared");
+///         Ok(if load.active_requests > self.max { Verdict::Overloaded } else { Verdict::Keep })
+///     }
+/// }
+/// ```
+pub trait Filter {
+    /// The groups this filter reads for requests of `leg`.
+    fn inputs(&self, leg: Leg) -> WorkerInputs;
+
+    /// Decides about one row.
+    ///
+    /// # Errors
+    ///
+    /// A [`ComponentError`] aborts the selection; nothing is picked.
+    fn check(
+        &self,
+        request: &RequestView<'_>,
+        row: &RowView<'_>,
+    ) -> Result<Verdict, ComponentError>;
+}
+
+/// Writes one cost per candidate; the policy sums the scorers' costs.
+///
+/// `costs` arrives filled with NaN, one slot per candidate; a slot left unwritten, or written with
+/// a non-finite value, fails the selection with [`crate::SelectError::NonFiniteCost`] naming this
+/// scorer and the row.
+///
+/// # Examples
+///
+/// ```
+/// use libroute_core::{Candidates, ComponentError, Leg, RequestView, Scorer, WorkerInputs};
+///
+/// /// Charges one unit per active request.
+/// struct PerRequest;
+///
+/// impl Scorer for PerRequest {
+///     fn inputs(&self, _leg: Leg) -> WorkerInputs { WorkerInputs::LOAD }
+///     fn score(&self, _req: &RequestView<'_>, rows: &Candidates<'_>, costs: &mut [f64]) -> Result<(), ComponentError> {
+///         for (cost, row) in costs.iter_mut().zip(rows.iter()) {
+///             *cost = row.load().map_or(0, |l| l.active_requests) as f64;
+///         }
+///         Ok(())
+///     }
+/// }
+/// ```
+pub trait Scorer {
+    /// The groups this scorer reads for requests of `leg`.
+    fn inputs(&self, leg: Leg) -> WorkerInputs;
+
+    /// Writes `costs[k]` for every candidate `k`.
+    ///
+    /// # Errors
+    ///
+    /// A [`ComponentError`] aborts the selection; nothing is picked.
+    fn score(
+        &self,
+        request: &RequestView<'_>,
+        candidates: &Candidates<'_>,
+        costs: &mut [f64],
+    ) -> Result<(), ComponentError>;
+}
+
+/// Why a picker chose its row.
+#[derive(Debug, Clone, Copy, PartialEq)]
+#[non_exhaustive]
+pub enum PickReason {
+    /// The request was pinned; no draw was made.
+    Pinned,
+    /// The row has the minimum cost; `ties` rows shared it and one was drawn uniformly.
+    MinCost {
+        /// How many candidates had the minimum cost.
+        ties: u32,
+    },
+    /// Drawn by temperature sampling; `probability` is the chance this row had.
+    Sampled {
+        /// The probability the sampler gave this row.
+        probability: f64,
+    },
+    /// A custom picker's choice.
+    Custom,
+}
+
+/// A picker's answer: a position among the candidates and the reason.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Pick {
+    /// Position in the candidate list the picker was given (not the host's row index).
+    pub index: usize,
+    /// Why.
+    pub reason: PickReason,
+}
+
+/// What a picker sees: the candidates and their summed costs, in the same order.
+#[derive(Debug, Clone, Copy)]
+pub struct PickInput<'a> {
+    /// The candidates, under the picker's declaration.
+    pub candidates: Candidates<'a>,
+    /// Summed, finite cost per candidate.
+    pub costs: &'a [f64],
+}
+
+/// Chooses one candidate.
+///
+/// A picker draws randomness only from `rng`, so a seeded selection replays exactly. `work` is a
+/// scratch slice at least as long as the candidate list (the softmax probabilities, say).
+pub trait Picker {
+    /// The groups this picker reads for requests of `leg`.
+    fn inputs(&self, leg: Leg) -> WorkerInputs;
+
+    /// Picks a candidate.
+    ///
+    /// # Errors
+    ///
+    /// A [`ComponentError`] aborts the selection. An index outside the candidates is reported by
+    /// the selector as [`crate::SelectError::PickOutOfRange`].
+    fn pick(
+        &self,
+        input: &PickInput<'_>,
+        work: &mut [f64],
+        rng: &mut dyn RandomSource,
+    ) -> Result<Pick, ComponentError>;
+}
+
+impl<T: Filter + ?Sized> Filter for &T {
+    fn inputs(&self, leg: Leg) -> WorkerInputs {
+        (**self).inputs(leg)
+    }
+    fn check(
+        &self,
+        request: &RequestView<'_>,
+        row: &RowView<'_>,
+    ) -> Result<Verdict, ComponentError> {
+        (**self).check(request, row)
+    }
+}
+
+impl<T: Scorer + ?Sized> Scorer for &T {
+    fn inputs(&self, leg: Leg) -> WorkerInputs {
+        (**self).inputs(leg)
+    }
+    fn score(
+        &self,
+        request: &RequestView<'_>,
+        candidates: &Candidates<'_>,
+        costs: &mut [f64],
+    ) -> Result<(), ComponentError> {
+        (**self).score(request, candidates, costs)
+    }
+}
+
+impl<T: Picker + ?Sized> Picker for &T {
+    fn inputs(&self, leg: Leg) -> WorkerInputs {
+        (**self).inputs(leg)
+    }
+    fn pick(
+        &self,
+        input: &PickInput<'_>,
+        work: &mut [f64],
+        rng: &mut dyn RandomSource,
+    ) -> Result<Pick, ComponentError> {
+        (**self).pick(input, work, rng)
+    }
+}
+
+/// An ordered list of filters: `()`, a tuple of up to six filters, an array or a slice.
+pub trait Filters {
+    /// How many filters.
+    fn len(&self) -> usize;
+    /// Whether there are none.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// Filter `i`, for `i < len()`.
+    fn get(&self, i: usize) -> Option<&dyn Filter>;
+}
+
+/// An ordered list of scorers whose costs are summed: `()`, a tuple of up to six scorers, an
+/// array or a slice.
+pub trait Scorers {
+    /// How many scorers.
+    fn len(&self) -> usize;
+    /// Whether there are none.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// Scorer `i`, for `i < len()`.
+    fn get(&self, i: usize) -> Option<&dyn Scorer>;
+}
+
+impl Filters for () {
+    fn len(&self) -> usize {
+        0
+    }
+    fn get(&self, _i: usize) -> Option<&dyn Filter> {
+        None
+    }
+}
+
+impl Scorers for () {
+    fn len(&self) -> usize {
+        0
+    }
+    fn get(&self, _i: usize) -> Option<&dyn Scorer> {
+        None
+    }
+}
+
+impl<T: Filter> Filters for [T] {
+    fn len(&self) -> usize {
+        <[T]>::len(self)
+    }
+    fn get(&self, i: usize) -> Option<&dyn Filter> {
+        <[T]>::get(self, i).map(|f| f as &dyn Filter)
+    }
+}
+
+impl<T: Scorer> Scorers for [T] {
+    fn len(&self) -> usize {
+        <[T]>::len(self)
+    }
+    fn get(&self, i: usize) -> Option<&dyn Scorer> {
+        <[T]>::get(self, i).map(|s| s as &dyn Scorer)
+    }
+}
+
+impl<T: Filter, const K: usize> Filters for [T; K] {
+    fn len(&self) -> usize {
+        K
+    }
+    fn get(&self, i: usize) -> Option<&dyn Filter> {
+        self.as_slice().get(i).map(|f| f as &dyn Filter)
+    }
+}
+
+impl<T: Scorer, const K: usize> Scorers for [T; K] {
+    fn len(&self) -> usize {
+        K
+    }
+    fn get(&self, i: usize) -> Option<&dyn Scorer> {
+        self.as_slice().get(i).map(|s| s as &dyn Scorer)
+    }
+}
+
+impl<L: Filters + ?Sized> Filters for &L {
+    fn len(&self) -> usize {
+        (**self).len()
+    }
+    fn get(&self, i: usize) -> Option<&dyn Filter> {
+        (**self).get(i)
+    }
+}
+
+impl<L: Scorers + ?Sized> Scorers for &L {
+    fn len(&self) -> usize {
+        (**self).len()
+    }
+    fn get(&self, i: usize) -> Option<&dyn Scorer> {
+        (**self).get(i)
+    }
+}
+
+macro_rules! tuple_lists {
+    ($len:expr; $($name:ident $idx:tt),+) => {
+        impl<$($name: Filter),+> Filters for ($($name,)+) {
+            fn len(&self) -> usize { $len }
+            fn get(&self, i: usize) -> Option<&dyn Filter> {
+                match i { $($idx => Some(&self.$idx),)+ _ => None }
+            }
+        }
+        impl<$($name: Scorer),+> Scorers for ($($name,)+) {
+            fn len(&self) -> usize { $len }
+            fn get(&self, i: usize) -> Option<&dyn Scorer> {
+                match i { $($idx => Some(&self.$idx),)+ _ => None }
+            }
+        }
+    };
+}
+
+tuple_lists!(1; A 0);
+tuple_lists!(2; A 0, B 1);
+tuple_lists!(3; A 0, B 1, C 2);
+tuple_lists!(4; A 0, B 1, C 2, D 3);
+tuple_lists!(5; A 0, B 1, C 2, D 3, E 4);
+tuple_lists!(6; A 0, B 1, C 2, D 3, E 4, F 5);
