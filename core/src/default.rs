@@ -315,7 +315,7 @@ fn softmax_index(costs: &[f64], temperature: f64, sample: f64, probabilities: &m
         let scale = -1.0 / ((hi / magnitude - lo_normalized) * temperature);
         let offset = lo_normalized * scale;
         for (p, &c) in probabilities.iter_mut().zip(costs) {
-            *p = libm::exp(c / magnitude * scale - offset);
+            *p = crate::math::exp(c / magnitude * scale - offset);
         }
     }
     let mut sum = 0.0;

@@ -300,7 +300,7 @@ impl<'a> RowView<'a> {
                 sum += p.weight;
             }
         }
-        Some(libm::exp(-libm::tanh(sum)))
+        Some(crate::math::exp(-crate::math::tanh(sum)))
     }
 }
 

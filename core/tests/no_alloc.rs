@@ -1,0 +1,126 @@
+//! Zero heap allocations per warm selection, counted by a global allocator that counts per thread
+//! (a global counter would also count other test threads' allocations).
+
+// Why: a global allocator is an unsafe trait; this test file is the only unsafe code outside ffi.
+#![allow(unsafe_code)]
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
+
+use libroute_core::*;
+
+struct Counting;
+
+thread_local! {
+    static ALLOCATIONS: Cell<usize> = const { Cell::new(0) };
+}
+
+fn bump() {
+    // `try_with` because the allocator can run while thread-locals are being torn down.
+    let _ = ALLOCATIONS.try_with(|c| c.set(c.get() + 1));
+}
+
+// SAFETY: every method forwards to `System` unchanged; counting touches only a thread-local.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        bump();
+        // SAFETY: forwarded with the caller's layout, under the caller's obligations.
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        bump();
+        // SAFETY: as above.
+        unsafe { System.alloc_zeroed(layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        bump();
+        // SAFETY: as above.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: as above.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+fn allocations() -> usize {
+    ALLOCATIONS.with(Cell::get)
+}
+
+fn fleet(n: u64) -> Vec<Row> {
+    (0..n)
+        .map(|id| {
+            let dev = (id * 7) % 9;
+            Row::new(WorkerKey::new(id, 0))
+                .with_cache(Cache::from_tiers(
+                    u32::try_from(dev).unwrap(),
+                    2,
+                    1,
+                    0.75,
+                    0.25,
+                    16,
+                ))
+                .with_load(Load {
+                    available: true,
+                    active_prefill_tokens: 19 * (id % 7),
+                    active_decode_blocks: id % 11 + 3,
+                    active_requests: id % 5,
+                })
+        })
+        .collect()
+}
+
+/// 10,000 warm selections for the headline case (T = 0, unseeded), 1,000 for each other mode.
+const ITERATIONS: [usize; 4] = if cfg!(miri) {
+    [20; 4]
+} else {
+    [10_000, 1_000, 1_000, 1_000]
+};
+
+#[test]
+fn warm_selections_do_not_allocate() {
+    let rows = fleet(1024);
+    let hits = [BlockRange::new(0, 64)];
+    let prefs = [PreferredTaint {
+        taint: Taint::new(1).unwrap(),
+        weight: 0.5,
+    }];
+    let request = Request::new(2048, 16)
+        .has_tier_matches(true)
+        .shared_hits(SharedHits::new(&hits).unwrap())
+        .preferred_taints(&prefs);
+    let mut selector = Box::new(Selector::<1024>::new());
+    let modes = [(0.0, None), (0.7, None), (0.0, Some(42)), (0.7, Some(42))];
+    for ((temperature, seed), iterations) in modes.into_iter().zip(ITERATIONS) {
+        let knobs = DefaultKnobs {
+            cost: DefaultCost {
+                overlap_score_credit_decay: 0.5,
+                shared_cache_multiplier: 0.5,
+                ..DefaultCost::default()
+            },
+            temperature,
+            seed,
+        };
+        let policy = knobs.build().unwrap();
+        policy.select(&mut selector, &request, &rows).unwrap();
+        let before = allocations();
+        for _ in 0..iterations {
+            std::hint::black_box(policy.select(&mut selector, &request, &rows).unwrap());
+        }
+        assert_eq!(
+            allocations() - before,
+            0,
+            "T = {temperature}, seed = {seed:?}"
+        );
+    }
+}
+
+#[test]
+fn the_counter_sees_allocations() {
+    let before = allocations();
+    std::hint::black_box(vec![1u8; 16]);
+    assert_eq!(allocations() - before, 1);
+}
