@@ -237,6 +237,15 @@ pub struct Selector<const N: usize> {
     work: [f64; N],
     unseeded: WyRand,
     seeded: Option<(u64, WyRand)>,
+    last: Last,
+}
+
+/// Where the last successful selection left its per-candidate totals.
+#[derive(Debug, Clone, Copy, Default)]
+struct Last {
+    candidates: usize,
+    /// With exactly one scorer the totals are that scorer's column.
+    in_first_column: bool,
 }
 
 impl<const N: usize> fmt::Debug for Selector<N> {
@@ -283,6 +292,10 @@ impl<const N: usize> Selector<N> {
             work: [0.0; N],
             unseeded: WyRand::with_seed(entropy),
             seeded: None,
+            last: Last {
+                candidates: 0,
+                in_first_column: false,
+            },
         }
     }
 
@@ -297,13 +310,41 @@ impl<const N: usize> Selector<N> {
         self.seeded = None;
     }
 
+    /// Every candidate of the last successful selection, in the order the picker saw them: the
+    /// host row index and its total cost. Empty after a failed selection.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use libroute_core::{DefaultKnobs, Load, Request, Row, Selector, WorkerKey};
+    /// let policy = DefaultKnobs::default().build().unwrap();
+    /// let rows = [1, 2].map(|id| Row::new(WorkerKey::new(id, 0)).with_load(Load { active_decode_blocks: id, ..Load::default() }));
+    /// let mut selector = Selector::<4>::new();
+    /// policy.select(&mut selector, &Request::new(32, 16), &rows).unwrap();
+    /// assert_eq!(selector.last_costs().collect::<Vec<_>>(), [(0, 3.0), (1, 4.0)]);
+    /// ```
+    pub fn last_costs(&self) -> impl ExactSizeIterator<Item = (usize, f64)> + '_ {
+        let m = self.last.candidates;
+        let totals = if self.last.in_first_column {
+            &self.costs[0][..m]
+        } else {
+            &self.totals[..m]
+        };
+        self.order[..m]
+            .iter()
+            .zip(totals)
+            .map(|(&i, &c)| (i as usize, c))
+    }
+
     fn view(&mut self) -> Scratch<'_> {
+        self.last = Last::default();
         Scratch {
             order: &mut self.order,
             costs: self.costs.as_flattened_mut(),
             capacity: N,
             totals: &mut self.totals,
             work: &mut self.work,
+            last: &mut self.last,
         }
     }
 }
@@ -315,6 +356,7 @@ struct Scratch<'a> {
     capacity: usize,
     totals: &'a mut [f64],
     work: &'a mut [f64],
+    last: &'a mut Last,
 }
 
 impl<F: Filters, S: Scorers, P: Picker> Policy<F, S, P> {
@@ -624,6 +666,10 @@ impl<F: Filters, S: Scorers, P: Picker> Policy<F, S, P> {
         };
 
         let row = order[pick.index] as usize;
+        *scratch.last = Last {
+            candidates: m,
+            in_first_column: scorers == 1,
+        };
         let mut contributions = [0.0; MAX_SCORERS];
         for (s, c) in contributions.iter_mut().enumerate().take(scorers) {
             *c = scratch.costs[s * capacity + pick.index];

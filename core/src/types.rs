@@ -221,7 +221,8 @@ impl BlockRange {
 ///
 /// ```
 /// use libroute_core::{BlockRange, SharedHits};
-/// let hits = SharedHits::new(&[BlockRange::new(0, 4), BlockRange::new(6, 8)]).unwrap();
+/// let ranges = [BlockRange::new(0, 4), BlockRange::new(6, 8)];
+/// let hits = SharedHits::new(&ranges).unwrap();
 /// assert_eq!(hits.hits_beyond(2), 4);
 /// assert!(SharedHits::new(&[BlockRange::new(3, 3)]).is_err());
 /// ```

@@ -1,1 +1,405 @@
-fn main() {}
+//! `cargo xtask <verb>`: the project's automation, in Rust so it runs wherever cargo does.
+//!
+//! Verbs:
+//!
+//! - `ci`: everything CI checks, in order (format, clippy with warnings denied, all tests, the
+//!   corpus, the no_std and no-alloc proofs, MSRV, the package check, a short fuzz run, the demo).
+//! - `scenarios PATH...`: evaluate golden-corpus files with the core; one line per mismatch.
+//! - `check`: the no_std proofs (bare-metal link without an allocator, dependency features).
+//! - `package`: `cargo package` every publishable crate and check what each would ship.
+//! - `fuzz [--time SECONDS]`: run every cargo-fuzz target, nightly with ASan when available.
+//! - `bench`: run the criterion benchmarks.
+
+mod scenarios;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode};
+use std::time::Instant;
+
+type Result<T = ()> = std::result::Result<T, String>;
+
+const USAGE: &str =
+    "usage: cargo xtask <ci | scenarios PATH... | check | package | fuzz [--time SECONDS] | bench>";
+
+/// The bare-metal target the no_std proof links for.
+const BARE_METAL: &str = "thumbv7em-none-eabihf";
+
+/// The oldest Rust the workspace supports (`rust-version` in Cargo.toml; kept equal by a test).
+const MSRV: &str = "1.85.0";
+
+/// Crates `cargo package` must be able to publish.
+const PUBLISHABLE: &[&str] = &["libroute-core"];
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let result = match args.first().map(String::as_str) {
+        Some("ci") => ci(),
+        Some("scenarios") => run_scenarios(&args[1..]),
+        Some("check") => check(),
+        Some("package") => package(),
+        Some("fuzz") => parse_time(&args[1..]).and_then(fuzz),
+        Some("bench") => cargo(&["bench", "-p", "libroute-benches"]),
+        _ => Err(USAGE.to_owned()),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("xtask: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("xtask lives in the workspace")
+        .to_path_buf()
+}
+
+fn run(cmd: &mut Command) -> Result {
+    eprintln!("$ {}", describe(cmd));
+    let status = cmd
+        .status()
+        .map_err(|e| format!("{}: {e}", describe(cmd)))?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(format!("`{}` failed with {status}", describe(cmd)))
+    }
+}
+
+fn describe(cmd: &Command) -> String {
+    let mut s = cmd.get_program().to_string_lossy().into_owned();
+    for a in cmd.get_args() {
+        s.push(' ');
+        s.push_str(&a.to_string_lossy());
+    }
+    s
+}
+
+fn cargo(args: &[&str]) -> Result {
+    run(Command::new(env!("CARGO")).args(args).current_dir(root()))
+}
+
+fn succeeds(cmd: &mut Command) -> bool {
+    cmd.stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+fn run_scenarios(paths: &[String]) -> Result {
+    if paths.is_empty() {
+        return Err("usage: cargo xtask scenarios PATH...".to_owned());
+    }
+    let summary = scenarios::run(paths)?;
+    print!("{}", summary.report);
+    println!(
+        "{} passed, {} failed",
+        summary.scenarios - summary.failed,
+        summary.failed
+    );
+    if summary.failed == 0 {
+        Ok(())
+    } else {
+        Err(format!(
+            "{} scenarios disagree with the corpus",
+            summary.failed
+        ))
+    }
+}
+
+fn corpus_files() -> Result<Vec<PathBuf>> {
+    let dir = root().join("testdata/scenarios");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .map_err(|e| format!("{}: {e}", dir.display()))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|e| e == "jsonl"))
+        .collect();
+    files.sort();
+    Ok(files)
+}
+
+/// The no_std proofs of STYLE.md: a bare-metal binary without a global allocator links the core,
+/// and the core's normal dependencies enable no `std` or `alloc` feature.
+fn check() -> Result {
+    let root = root();
+    run(Command::new("rustup")
+        .args(["target", "add", BARE_METAL])
+        .current_dir(&root))
+    .map_err(|e| format!("cannot add the {BARE_METAL} target for the no_std proof: {e}"))?;
+    cargo(&[
+        "build",
+        "-p",
+        "libroute-core",
+        "--no-default-features",
+        "--target",
+        BARE_METAL,
+    ])?;
+    let manifest = root.join("xtask/nostd-check/Cargo.toml");
+    let target_dir = root.join("target/nostd-check");
+    run(Command::new(env!("CARGO"))
+        .args([
+            "build",
+            "--release",
+            "--target",
+            BARE_METAL,
+            "--manifest-path",
+        ])
+        .arg(&manifest)
+        .arg("--target-dir")
+        .arg(&target_dir)
+        .current_dir(&root))?;
+    let tree = Command::new(env!("CARGO"))
+        .args([
+            "tree",
+            "-p",
+            "libroute-core",
+            "--no-default-features",
+            "-e",
+            "normal,features",
+            "--prefix",
+            "none",
+        ])
+        .current_dir(&root)
+        .output()
+        .map_err(|e| format!("cargo tree: {e}"))?;
+    let tree = String::from_utf8_lossy(&tree.stdout);
+    let leaks: Vec<&str> = tree
+        .lines()
+        .filter(|l| l.contains("feature \"std\"") || l.contains("feature \"alloc\""))
+        .collect();
+    if !leaks.is_empty() {
+        return Err(format!(
+            "libroute-core without default features pulls in std or alloc:\n{}",
+            leaks.join("\n")
+        ));
+    }
+    eprintln!(
+        "no_std: core links into a {BARE_METAL} binary with no allocator; no std/alloc feature in its tree"
+    );
+    Ok(())
+}
+
+/// `cargo package` for every publishable crate, and a check of what each would ship.
+fn package() -> Result {
+    let mut args = vec!["package", "--workspace", "--allow-dirty"];
+    for excluded in ["xtask", "libroute-benches"] {
+        args.extend(["--exclude", excluded]);
+    }
+    cargo(&args)?;
+    for krate in PUBLISHABLE {
+        let out = Command::new(env!("CARGO"))
+            .args(["package", "--list", "--allow-dirty", "-p", krate])
+            .current_dir(root())
+            .output()
+            .map_err(|e| format!("cargo package --list: {e}"))?;
+        if !out.status.success() {
+            return Err(format!(
+                "cargo package --list -p {krate}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            ));
+        }
+        let list = String::from_utf8_lossy(&out.stdout);
+        for required in ["README.md", "LICENSE-MIT", "LICENSE-APACHE", "src/lib.rs"] {
+            if !list.lines().any(|l| l == required) {
+                return Err(format!("{krate} would be published without {required}"));
+            }
+        }
+    }
+    Ok(())
+}
+
+fn parse_time(args: &[String]) -> Result<u64> {
+    match args {
+        [] => Ok(60),
+        [flag, secs] if flag == "--time" => secs
+            .parse()
+            .map_err(|_| format!("--time takes seconds, not {secs:?}")),
+        _ => Err("usage: cargo xtask fuzz [--time SECONDS]".to_owned()),
+    }
+}
+
+/// Runs every fuzz target for `seconds` each: on nightly with AddressSanitizer when a nightly
+/// toolchain exists, otherwise on stable without a sanitizer. Says which ran.
+fn fuzz(seconds: u64) -> Result {
+    let dir = root().join("fuzz");
+    if !succeeds(Command::new(env!("CARGO")).args(["fuzz", "--version"])) {
+        run(Command::new(env!("CARGO")).args([
+            "install",
+            "cargo-fuzz",
+            "--version",
+            "^0.13",
+            "--locked",
+        ]))
+        .map_err(|e| format!("cargo-fuzz is not installed and could not be: {e}"))?;
+    }
+    let nightly = succeeds(Command::new("rustup").args(["run", "nightly", "rustc", "--version"]));
+    let targets = std::fs::read_dir(dir.join("fuzz_targets"))
+        .map_err(|e| format!("fuzz/fuzz_targets: {e}"))?
+        .filter_map(|e| {
+            e.ok()?
+                .path()
+                .file_stem()
+                .map(|s| s.to_string_lossy().into_owned())
+        })
+        .collect::<Vec<_>>();
+    for target in &targets {
+        let corpus = dir.join("corpus").join(target);
+        std::fs::create_dir_all(&corpus).map_err(|e| e.to_string())?;
+        let mut cmd = Command::new("cargo");
+        if nightly {
+            eprintln!("fuzz: {target} on nightly with AddressSanitizer for {seconds} s");
+            cmd.args(["+nightly", "fuzz", "run", target.as_str()]);
+        } else {
+            eprintln!(
+                "fuzz: {target} on stable without a sanitizer (no nightly toolchain) for {seconds} s"
+            );
+            cmd.args(["fuzz", "run", "-s", "none", target.as_str()]);
+        }
+        cmd.arg(&corpus)
+            .arg("--")
+            .arg(format!("-max_total_time={seconds}"))
+            .current_dir(&dir);
+        run(&mut cmd)?;
+    }
+    Ok(())
+}
+
+/// Installs `MSRV` if rustup can, and checks the core and xtask build with it.
+fn msrv() -> Result {
+    let toolchain = format!("+{MSRV}");
+    if !succeeds(Command::new("rustup").args(["run", MSRV, "rustc", "--version"])) {
+        run(Command::new("rustup").args(["toolchain", "install", MSRV, "--profile", "minimal"]))
+            .map_err(|e| format!("cannot install the MSRV toolchain {MSRV}: {e}"))?;
+    }
+    run(Command::new("cargo")
+        .args([
+            toolchain.as_str(),
+            "check",
+            "-p",
+            "libroute-core",
+            "--all-features",
+        ])
+        .arg("--target-dir")
+        .arg(root().join("target/msrv"))
+        .current_dir(root()))
+}
+
+fn ci() -> Result {
+    let steps: Vec<(&str, Box<dyn Fn() -> Result>)> = vec![
+        (
+            "format",
+            Box::new(|| cargo(&["fmt", "--all", "--", "--check"])),
+        ),
+        (
+            "clippy",
+            Box::new(|| {
+                cargo(&[
+                    "clippy",
+                    "--workspace",
+                    "--all-targets",
+                    "--",
+                    "-D",
+                    "warnings",
+                ])
+            }),
+        ),
+        (
+            "clippy (core without std)",
+            Box::new(|| {
+                cargo(&[
+                    "clippy",
+                    "-p",
+                    "libroute-core",
+                    "--no-default-features",
+                    "--",
+                    "-D",
+                    "warnings",
+                ])
+            }),
+        ),
+        (
+            "tests",
+            Box::new(|| cargo(&["test", "--workspace", "--all-targets"])),
+        ),
+        (
+            "doc tests",
+            Box::new(|| cargo(&["test", "--workspace", "--doc"])),
+        ),
+        (
+            "docs build without warnings",
+            Box::new(|| {
+                run(Command::new(env!("CARGO"))
+                    .args(["doc", "--no-deps", "-p", "libroute-core"])
+                    .env("RUSTDOCFLAGS", "-D warnings")
+                    .current_dir(root()))
+            }),
+        ),
+        (
+            "corpus is fresh",
+            Box::new(|| {
+                run(Command::new("python3")
+                    .arg(root().join("testdata/generate.py"))
+                    .arg("--check"))
+            }),
+        ),
+        (
+            "corpus",
+            Box::new(|| {
+                run_scenarios(
+                    &corpus_files()?
+                        .iter()
+                        .map(|p| p.display().to_string())
+                        .collect::<Vec<_>>(),
+                )
+            }),
+        ),
+        ("no_std proofs", Box::new(check)),
+        ("MSRV", Box::new(msrv)),
+        ("package", Box::new(package)),
+        ("fuzz (short)", Box::new(|| fuzz(20))),
+        (
+            "demo",
+            Box::new(|| cargo(&["run", "--quiet", "-p", "libroute-benches", "--bin", "demo"])),
+        ),
+    ];
+    let started = Instant::now();
+    let (mut passed, mut failed) = (0, 0);
+    for (name, step) in &steps {
+        eprintln!("\n==> {name}");
+        let t = Instant::now();
+        match step() {
+            Ok(()) => {
+                passed += 1;
+                eprintln!("<== {name}: ok ({:.0} s)", t.elapsed().as_secs_f64());
+            }
+            Err(e) => {
+                failed += 1;
+                eprintln!("<== {name}: FAILED: {e}");
+            }
+        }
+    }
+    eprintln!("\nci finished in {:.0} s", started.elapsed().as_secs_f64());
+    println!("ci: {passed} passed, {failed} failed");
+    if failed == 0 {
+        Ok(())
+    } else {
+        Err(format!("{failed} ci steps failed"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn msrv_matches_the_workspace_rust_version() {
+        let manifest = std::fs::read_to_string(super::root().join("Cargo.toml")).unwrap();
+        let declared = manifest
+            .lines()
+            .find_map(|l| l.strip_prefix("rust-version = \""))
+            .and_then(|l| l.strip_suffix('"'))
+            .unwrap();
+        assert_eq!(format!("{declared}.0"), super::MSRV);
+    }
+}

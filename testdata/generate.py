@@ -1,0 +1,474 @@
+#!/usr/bin/env python3
+"""Writes the golden scenario corpus in testdata/scenarios/ from an independent reference.
+
+This file re-implements spec/default-policy.md (the default cost, the default picker, fastrand's
+wyrand and the selection pipeline) in plain Python, separately from the Rust core, and records
+what it computes as the expected values. The worked numbers of spec section 5 and the seed-42
+sequences of section 4 are asserted here against the spec's own figures before anything is
+written. The Rust core, the C ABI and every binding then have to agree with this file bit for bit.
+
+Usage:
+    python3 testdata/generate.py           # rewrite testdata/scenarios/*.jsonl
+    python3 testdata/generate.py --check   # exit 1 if a committed file differs (CI)
+
+Python floats are IEEE-754 binary64 and math.exp/math.tanh are the platform's (glibc), the same
+functions the std build of libroute-core and Dynamo call.
+"""
+
+import json
+import math
+import pathlib
+import sys
+
+MASK = (1 << 64) - 1
+OUT = pathlib.Path(__file__).resolve().parent / "scenarios"
+
+# ---------------------------------------------------------------------------------------------
+# fastrand 2.4.1 wyrand, usize(0..n) and f64()
+
+
+class WyRand:
+    def __init__(self, seed):
+        self.state = seed & MASK
+
+    def next_u64(self):
+        self.state = (self.state + 0x2D358DCCAA6C78A5) & MASK
+        t = self.state * (self.state ^ 0x8BB84B93962EACC9)
+        return (t & MASK) ^ (t >> 64)
+
+    def index(self, n):
+        r = self.next_u64()
+        product = r * n
+        lo = product & MASK
+        if lo < n:
+            threshold = ((-n) & MASK) % n
+            while lo < threshold:
+                r = self.next_u64()
+                product = r * n
+                lo = product & MASK
+        return product >> 64
+
+    def unit(self):
+        while True:
+            x = float(self.next_u64() >> 1) * (1.0 / float(1 << 63))
+            if x < 1.0:
+                return x
+
+
+# ---------------------------------------------------------------------------------------------
+# The default cost (spec section 2)
+
+DEFAULT_KNOBS = {
+    "overlap_score_credit": 1.0,
+    "overlap_score_credit_decay": 0.0,
+    "prefill_load_scale": 1.0,
+    "decode_active_request_weight": 0.0,
+    "host_cache_hit_weight": 0.75,
+    "disk_cache_hit_weight": 0.25,
+    "shared_cache_multiplier": 0.0,
+    "temperature": 0.0,
+}
+
+
+def knobs_of(policy):
+    k = dict(DEFAULT_KNOBS)
+    k["seed"] = None
+    for key, value in policy.items():
+        if key == "overlap_score_weight":
+            k["prefill_load_scale"] = float(value)
+            if value == 0:
+                k["overlap_score_credit"] = 0.0
+        else:
+            k[key] = value if key == "seed" else float(value)
+    return k
+
+
+def round_half_away(x):
+    f = math.floor(x)
+    return f + 1 if x - f >= 0.5 else f
+
+
+def hits_beyond(ranges, position):
+    return sum(e - max(s, position) for s, e in ranges if e > position)
+
+
+def default_costs(k, req, rows):
+    P = req["prompt_tokens"]
+    bs = float(req["block_size"])
+    RB = max(1, -(-P // req["block_size"]))
+    track = req["track_prefill_tokens"]
+    role = req["role"]
+    plain_decode = role == "decode" and not req["conditional_disagg"]
+    c_ovl = 0.0 if (plain_decode and not track) else k["overlap_score_credit"]
+    uses_cache = (not plain_decode) and k["overlap_score_credit"] != 0.0
+    use_decay = track and k["overlap_score_credit_decay"] > 0.0
+    subtract = role != "prefill" and not track and c_ovl > 0.0
+    load = lambda r: r["load"] or {"active_prefill_tokens": 0, "active_decode_blocks": 0, "active_requests": 0}
+    min_apt = min(load(r)["active_prefill_tokens"] for r in rows) if use_decay else 0
+    prefs = req["preferred_taints"] if not req["pin"] else None
+    out = []
+    for r in rows:
+        ld = load(r)
+        apt, dcb, nreq = ld["active_prefill_tokens"], float(ld["active_decode_blocks"]), ld["active_requests"]
+        if uses_cache:
+            c = r["cache"] or {"device": 0, "host": 0, "disk": 0, "effective_blocks": 0.0, "effective_tokens": 0}
+            device = float(c["device"]) if req["has_tier_matches"] else float(c["effective_blocks"])
+            shared = 0.0
+            if req["shared_hits"] is not None:
+                shared = k["shared_cache_multiplier"] * float(hits_beyond(req["shared_hits"], max(0, round_half_away(device))))
+            decay = 1.0
+            if use_decay:
+                excess = float(max(0, apt - min_apt)) / bs
+                decay = 1.0 / (1.0 + k["overlap_score_credit_decay"] * (excess / float(RB)))
+            credit = (c_ovl * decay * device + k["host_cache_hit_weight"] * float(c["host"])
+                      + k["disk_cache_hit_weight"] * float(c["disk"]) + shared)
+            e_tokens = c["effective_tokens"]
+        else:
+            credit, e_tokens = 0.0, 0
+        req_cost = k["decode_active_request_weight"] * float(nreq)
+        if subtract:
+            x = dcb - credit
+            cost = (x if x > 0 else 0.0) + req_cost
+        else:
+            if not track:
+                raw = 0
+            elif r["load"] is not None:
+                raw = apt + max(P, e_tokens)
+            else:
+                raw = P
+            x = float(raw) / bs - credit
+            cost = k["prefill_load_scale"] * (x if x > 0 else 0.0) + dcb + req_cost
+        if prefs:
+            total = 0.0
+            for taint, weight in prefs:
+                if taint in r["taints"]:
+                    total += weight
+            cost = cost * math.exp(-math.tanh(total))
+        out.append(cost)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# The default picker (spec section 4), in Dynamo's evaluation order
+
+
+def pick(costs, temperature, rng):
+    if temperature == 0.0:
+        best, best_cost, ties = 0, math.inf, 0
+        for i, c in enumerate(costs):
+            if c < best_cost:
+                best, best_cost, ties = i, c, 1
+            elif c == best_cost:
+                ties += 1
+                if rng.index(ties) == 0:
+                    best = i
+        return best
+    sample = rng.unit()
+    lo, hi = min(costs), max(costs)
+    if lo == hi:
+        probs = [1.0 / len(costs)] * len(costs)
+    else:
+        rng_ = hi - lo
+        mag = 1.0 if math.isfinite(rng_) else max(abs(lo), abs(hi))
+        lo_n = lo / mag
+        scale = -1.0 / ((hi / mag - lo_n) * temperature)
+        offset = lo_n * scale
+        probs = [math.exp(c / mag * scale - offset) for c in costs]
+    total = 0.0
+    for p in probs:
+        total += p
+    probs = [p / total for p in probs]
+    cumulative = 0.0
+    for i, p in enumerate(probs):
+        cumulative += p
+        if sample <= cumulative:
+            return i
+    return len(costs) - 1
+
+
+# ---------------------------------------------------------------------------------------------
+# The pipeline: eligibility, overload, pin, costs, argmin and seeded picks
+
+REQUEST_DEFAULTS = {
+    "prompt_tokens": 0, "block_size": 16, "role": "aggregated", "track_prefill_tokens": True,
+    "conditional_disagg": False, "has_tier_matches": False, "shared_hits": None,
+    "preferred_taints": None, "required_taints": [], "pin": None,
+}
+
+
+def candidate(worker, rank=0, taints=(), overloaded=False, cache=None, load=None):
+    return {"worker": worker, "rank": rank, "taints": list(taints), "overloaded": overloaded,
+            "cache": cache, "load": load}
+
+
+def cache(device, host=0, disk=0, effective_blocks=None, effective_tokens=None, bs=16):
+    eb = float(device) if effective_blocks is None else float(effective_blocks)
+    et = round_half_away(eb * bs) if effective_tokens is None else effective_tokens
+    return {"device": device, "host": host, "disk": disk, "effective_blocks": eb, "effective_tokens": et}
+
+
+def load(apt=0, dcb=0, nreq=0):
+    return {"active_prefill_tokens": apt, "active_decode_blocks": dcb, "active_requests": nreq}
+
+
+def evaluate(s):
+    """Expected outcome of scenario `s` (costs per candidate, None where removed)."""
+    k = knobs_of(s["policy"])
+    req = s["request"]
+    rows = s["candidates"]
+    for r in rows:
+        c = r["cache"]
+        if c is not None and not (math.isfinite(c["effective_blocks"]) and c["effective_blocks"] >= 0):
+            return {"error": "invalid_row"}
+    if not rows:
+        return {"error": "no_endpoints"}
+    eligible = [i for i, r in enumerate(rows) if set(req["required_taints"]) <= set(r["taints"])]
+    if req["pin"] is not None:
+        key = tuple(req["pin"])
+        matches = [i for i, r in enumerate(rows) if (r["worker"], r["rank"]) == key]
+        if not matches:
+            return {"error": "pin_not_allowed"}
+        i = matches[0]
+        if i not in eligible:
+            return {"error": "pin_ineligible"}
+        if rows[i]["overloaded"]:
+            return {"error": "pin_overloaded"}
+        survivors = [i]
+    else:
+        survivors = [i for i in eligible if not rows[i]["overloaded"]]
+        if not survivors:
+            return {"error": "all_overloaded" if eligible else "no_endpoints"}
+    seeded = k["seed"] is not None
+    if seeded:
+        survivors.sort(key=lambda i: (rows[i]["worker"], rows[i]["rank"]))
+    costs = default_costs(k, req, [rows[i] for i in survivors])
+    full = [None] * len(rows)
+    for i, c in zip(survivors, costs):
+        full[i] = c
+    low = min(costs)
+    argmin = sorted([rows[i]["worker"], rows[i]["rank"]] for i, c in zip(survivors, costs) if c == low)
+    expect = {"costs": full, "cost_bits": [None if c is None else "%016x" % struct_bits(c) for c in full],
+              "argmin": argmin, "error": None}
+    return expect
+
+
+def struct_bits(x):
+    import struct
+    return struct.unpack("<Q", struct.pack("<d", x))[0]
+
+
+def seeded_sequence(s, seed, temperature, count):
+    """The first `count` picks of a selector that replays `s` under `seed`."""
+    req, rows = s["request"], s["candidates"]
+    k = knobs_of(s["policy"])
+    survivors = [i for i, r in enumerate(rows)
+                 if set(req["required_taints"]) <= set(r["taints"]) and not r["overloaded"]]
+    survivors.sort(key=lambda i: (rows[i]["worker"], rows[i]["rank"]))
+    costs = default_costs(k, req, [rows[i] for i in survivors])
+    rng = WyRand(seed)
+    out = []
+    for _ in range(count):
+        i = survivors[pick(costs, temperature, rng)]
+        out.append([rows[i]["worker"], rows[i]["rank"]])
+    return out
+
+
+def scenario(name, why, candidates, policy=None, picks=None, **request):
+    req = dict(REQUEST_DEFAULTS)
+    for key in request:
+        assert key in req, key
+    req.update(request)
+    s = {"name": name, "why": why, "policy": policy or {}, "request": req, "candidates": candidates}
+    s["expect"] = evaluate(s)
+    if picks is not None:
+        seed, temperature, count = picks
+        s["expect"]["picks"] = {"seed": seed, "temperature": temperature,
+                                "sequence": seeded_sequence(s, seed, temperature, count)}
+    return s
+
+
+# ---------------------------------------------------------------------------------------------
+# The corpus
+
+def worked():
+    """Spec section 5, each asserted against the spec's own figure."""
+    out = []
+
+    def add(s, expected):
+        got = [c for c in s["expect"]["costs"]]
+        assert got == expected, (s["name"], got, expected)
+        out.append(s)
+
+    w1 = [candidate(0, cache=cache(6, effective_tokens=96), load=load(16, 2 + 3))]
+    add(scenario("worked-1-scale-after-credit", "spec 5.1: prefill_load_scale applies after the overlap credit",
+                 w1, {"prefill_load_scale": 2}, prompt_tokens=64, role="prefill", has_tier_matches=True), [7.0])
+    add(scenario("worked-1-untracked", "spec 5.1: untracked prefill charges only decode load",
+                 w1, {"prefill_load_scale": 2}, prompt_tokens=64, role="prefill", has_tier_matches=True,
+                 track_prefill_tokens=False), [5.0])
+    w2 = [candidate(0, load=load(0, 100, 4))]
+    add(scenario("worked-2-empty-prompt", "spec 5.2: an empty prompt (RB clamped to 1) routes by load",
+                 w2, prompt_tokens=0), [100.0])
+    add(scenario("worked-2-request-weight", "spec 5.2: decode_active_request_weight charges per active request",
+                 w2, {"decode_active_request_weight": 32}, prompt_tokens=0), [228.0])
+    w3 = [candidate(0, cache=cache(3), load=load(0, 10))]
+    add(scenario("worked-3-decode-label", "spec 5.3: the decode label subtracts credit from decode blocks",
+                 w3, prompt_tokens=64, role="aggregated", track_prefill_tokens=False, has_tier_matches=True), [7.0])
+    add(scenario("worked-3-conditional-decode", "spec 5.3: a decode leg under conditional disaggregation keeps credit",
+                 w3, prompt_tokens=64, role="decode", conditional_disagg=True, track_prefill_tokens=False,
+                 has_tier_matches=True), [7.0])
+    add(scenario("worked-3-plain-decode", "spec 2: plain decode drops the credit and routes by load only",
+                 w3, prompt_tokens=64, role="decode", track_prefill_tokens=False, has_tier_matches=True), [10.0])
+    w4 = [candidate(0, cache=cache(2, bs=1)), candidate(1)]
+    add(scenario("worked-4-shared-hits", "spec 5.4: shared-cache hits beyond the device overlap earn credit",
+                 w4, {"shared_cache_multiplier": 0.5}, prompt_tokens=4, block_size=1, role="prefill",
+                 has_tier_matches=True, shared_hits=[[0, 4]]), [1.0, 2.0])
+    w5 = [candidate(0, cache=cache(4, effective_tokens=64), load=load(48)), candidate(1)]
+    add(scenario("worked-5-no-decay", "spec 5.5: without decay the warm worker is cheaper",
+                 w5, prompt_tokens=64, role="prefill", has_tier_matches=True), [3.0, 4.0])
+    add(scenario("worked-5-decay", "spec 5.5: decay 1 shrinks the warm credit by 1/1.75 and the cold worker wins",
+                 w5, {"overlap_score_credit_decay": 1}, prompt_tokens=64, role="prefill",
+                 has_tier_matches=True), [7.0 - 4.0 / 1.75, 4.0])
+    w6 = [candidate(0, cache=cache(4, effective_tokens=64), load=load(0, 5)), candidate(1)]
+    add(scenario("worked-6-credit-1", "spec 5.6: credit 1.0 leaves the warm worker at 9, the cold one wins",
+                 w6, prompt_tokens=128, role="prefill", has_tier_matches=True), [9.0, 8.0])
+    add(scenario("worked-6-credit-1.5", "spec 5.6: credit above 1 keeps the warm worker",
+                 w6, {"overlap_score_credit": 1.5}, prompt_tokens=128, role="prefill", has_tier_matches=True), [7.0, 8.0])
+    for weight, m in [(0.85, 0.501040), (-0.25, 1.277517)]:
+        s = scenario("worked-7-taint-%s" % weight, "spec 5.7: the preferred-taint multiplier exp(-tanh(w))",
+                     [candidate(0, taints=[5], load=load())], prompt_tokens=16, preferred_taints=[[5, weight]])
+        assert abs(s["expect"]["costs"][0] - m) < 5e-7, s["expect"]["costs"]
+        out.append(s)
+    w8 = [candidate(0, cache=cache(3), load=load(0, 2)), candidate(1)]
+    add(scenario("worked-8-no-multiplier", "spec 5.8: shared hits earn nothing at multiplier 0",
+                 w8, prompt_tokens=64, role="prefill", has_tier_matches=True, shared_hits=[[0, 4]]), [3.0, 4.0])
+    add(scenario("worked-8-half-multiplier", "spec 5.8: at multiplier 0.5 the cold worker wins on shared hits",
+                 w8, {"shared_cache_multiplier": 0.5}, prompt_tokens=64, role="prefill", has_tier_matches=True,
+                 shared_hits=[[0, 4]]), [2.5, 2.0])
+    return out
+
+
+def seeded():
+    """Spec section 4: the seed-42 sequences, with rows listed in three orders."""
+    spec = {0.0: [10, 30, 10, 10, 30, 20, 10, 10, 10, 20, 10, 20, 30, 10, 20, 20],
+            0.7: [30, 20, 30, 10, 20, 20, 30, 20, 30, 10, 10, 30, 30, 20, 30, 30]}
+    out = []
+    for temperature, expected in spec.items():
+        for order in ([10, 20, 30], [30, 10, 20], [20, 30, 10]):
+            s = scenario("seed-42-T%s-order-%s" % (temperature, "-".join(map(str, order))),
+                         "spec 4: seeded picks over three tied workers, independent of row order",
+                         [candidate(i) for i in order], {"seed": 42, "temperature": temperature},
+                         picks=(42, temperature, 16), prompt_tokens=16)
+            assert [w for w, _ in s["expect"]["picks"]["sequence"]] == expected
+            out.append(s)
+    return out
+
+
+def parity():
+    """Spec section 5's larger fixture: N workers x 2 ranks, P in {1,17,127,2048}, T in {0,0.7}."""
+    out = []
+    for n in (8, 64):
+        rows = []
+        for wid in range(n):
+            for rank in range(2):
+                dev = (7 * wid + rank) % 9
+                rows.append(candidate(wid, rank,
+                                      cache=cache(dev, 2, 1, effective_blocks=dev + 0.5, effective_tokens=16 * dev + 8),
+                                      load=load(19 * (wid % 7), wid % 11 + 3, wid % 5)))
+        for prompt in (1, 17, 127, 2048):
+            for temperature in (0.0, 0.7):
+                out.append(scenario("parity-N%d-P%d-T%s" % (n, prompt, temperature),
+                                    "spec 5: the parity fixture (dev=(7id+rank)%9, host 2, disk 1, E=dev+0.5)",
+                                    rows, {"temperature": temperature, "seed": 42},
+                                    picks=(42, temperature, 32), prompt_tokens=prompt, has_tier_matches=True))
+    # The same fixture with every knob moved off its default, in each role and leg.
+    rows = out[0]["candidates"]
+    for role in ("prefill", "decode", "aggregated", "encode"):
+        for track in (True, False):
+            for cond in (False, True):
+                out.append(scenario("parity-knobs-%s-track%d-cond%d" % (role, track, cond),
+                                    "every knob off its default, every role and leg",
+                                    rows, {"overlap_score_credit": 1.25, "overlap_score_credit_decay": 0.75,
+                                           "prefill_load_scale": 1.5, "decode_active_request_weight": 0.5,
+                                           "host_cache_hit_weight": 0.6, "disk_cache_hit_weight": 0.3,
+                                           "shared_cache_multiplier": 0.4, "temperature": 0.5, "seed": 7},
+                                    picks=(7, 0.5, 16), prompt_tokens=700, role=role, track_prefill_tokens=track,
+                                    conditional_disagg=cond, has_tier_matches=True, shared_hits=[[0, 3], [5, 40]],
+                                    preferred_taints=None))
+    return out
+
+
+def behaviours():
+    """Spec section 6: filtering, overload, pins, taints and bad input."""
+    hot = cache(4, effective_tokens=64)
+    return [
+        scenario("overloaded-high-overlap-skipped", "spec 6: an overloaded warm worker is skipped",
+                 [candidate(0, overloaded=True, cache=hot), candidate(1)], prompt_tokens=64, has_tier_matches=True),
+        scenario("all-overloaded", "spec 1: every eligible worker overloaded is its own error",
+                 [candidate(0, overloaded=True), candidate(1, overloaded=True)], prompt_tokens=64),
+        scenario("no-rows", "spec 1: no candidates at all", [], prompt_tokens=64),
+        scenario("required-taints-filter", "spec 6: required taints remove workers without them",
+                 [candidate(1, taints=[9]), candidate(2, taints=[0, 9], load=load(0, 50))],
+                 prompt_tokens=16, required_taints=[0]),
+        scenario("required-taints-none-match", "spec 6: no worker with the required taints is no_endpoints",
+                 [candidate(1, taints=[9]), candidate(2, taints=[0])], prompt_tokens=16, required_taints=[3]),
+        scenario("preferred-taint-attracts", "spec 6: a positive weight prefers matching workers",
+                 [candidate(1), candidate(2, taints=[2])], prompt_tokens=64, preferred_taints=[[2, 1.0]]),
+        scenario("preferred-taint-repels", "spec 6: a negative weight avoids matching workers",
+                 [candidate(1), candidate(2, taints=[2])], prompt_tokens=64, preferred_taints=[[2, -1.0]]),
+        scenario("pin-chosen-without-draw", "spec 1: a pin reduces the set to one row, costed without multiplier",
+                 [candidate(1, taints=[2]), candidate(3, taints=[2], load=load(0, 1000))], {"temperature": 1},
+                 prompt_tokens=16, pin=[3, 0], preferred_taints=[[2, 1.0]]),
+        scenario("pin-not-allowed", "spec 1: a pin outside the rows", [candidate(1)], prompt_tokens=16, pin=[7, 0]),
+        scenario("pin-overloaded", "spec 1: an overloaded pin", [candidate(1), candidate(2, overloaded=True)],
+                 prompt_tokens=16, pin=[2, 0]),
+        scenario("pin-ineligible", "spec 1: a pin without the required taints",
+                 [candidate(1, taints=[0]), candidate(4)], prompt_tokens=16, pin=[4, 0], required_taints=[0]),
+        scenario("approximate-mode-estimate", "spec 2: without tier matches the device credit is E_blocks",
+                 [candidate(0, cache=cache(0, effective_blocks=2.5, effective_tokens=40)), candidate(1)],
+                 prompt_tokens=64, role="prefill"),
+        scenario("credit-zero-is-load-only", "spec 2 decision: no CACHE declared, so host and disk credit drop too",
+                 [candidate(0, cache=cache(2, host=4, disk=4), load=load(0, 1)), candidate(1, load=load(0, 2))],
+                 {"overlap_score_credit": 0}, prompt_tokens=64, has_tier_matches=True),
+        scenario("legacy-weight-zero", "spec 3: overlap_score_weight 0 zeroes scale and credit",
+                 [candidate(0, cache=cache(4), load=load(0, 3)), candidate(1, load=load(0, 2))],
+                 {"overlap_score_weight": 0}, prompt_tokens=64, has_tier_matches=True),
+        scenario("nan-estimate-rejected", "spec 1: a NaN estimate is an error naming the row",
+                 [candidate(0), candidate(1, cache=cache(1, effective_blocks=float("nan"), effective_tokens=0))],
+                 prompt_tokens=16),
+    ]
+
+
+def dump(s):
+    def fix(x):
+        if isinstance(x, float) and math.isnan(x):
+            return "NaN"
+        if isinstance(x, dict):
+            return {k: fix(v) for k, v in x.items()}
+        if isinstance(x, list):
+            return [fix(v) for v in x]
+        return x
+    return json.dumps(fix(s), separators=(",", ":"), allow_nan=False)
+
+
+def main():
+    files = {"worked.jsonl": worked(), "seeded.jsonl": seeded(), "parity.jsonl": parity(),
+             "behaviours.jsonl": behaviours()}
+    check = "--check" in sys.argv[1:]
+    stale = []
+    for name, scenarios in files.items():
+        text = "".join(dump(s) + "\n" for s in scenarios)
+        path = OUT / name
+        if check:
+            if not path.exists() or path.read_text() != text:
+                stale.append(str(path))
+        else:
+            OUT.mkdir(parents=True, exist_ok=True)
+            path.write_text(text)
+            print("wrote %s (%d scenarios)" % (path, len(scenarios)))
+    if stale:
+        print("stale corpus files (run python3 testdata/generate.py):", *stale, sep="\n  ", file=sys.stderr)
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()
