@@ -2,10 +2,10 @@
 //! ([`DefaultPicker`]), reproduced exactly (`spec/default-policy.md` sections 2 to 4).
 
 use crate::component::{ComponentError, Pick, PickInput, PickReason, Picker, Scorer};
-use crate::inputs::{Candidates, RequestView, WorkerInputs};
+use crate::inputs::{Candidates, RequestView, WorkerInputs, taint_multiplier};
 use crate::policy::Policy;
 use crate::rng::{self, RandomSource};
-use crate::types::{Label, Leg, Role};
+use crate::types::{Label, Leg, Role, Row, RowFlags};
 
 /// The default policy's type: no filters, the default cost, the default picker.
 pub type DefaultPolicy = Policy<(), (DefaultCost,), DefaultPicker>;
@@ -89,6 +89,16 @@ fn non_negative(x: f64) -> f64 {
     if x > 0.0 { x } else { 0.0 }
 }
 
+/// `x as f64`, through the one-instruction signed conversion when the value allows it (the
+/// result is identical: both round to nearest).
+#[inline]
+fn to_f64(x: u64) -> f64 {
+    match i64::try_from(x) {
+        Ok(signed) => signed as f64,
+        Err(_) => x as f64,
+    }
+}
+
 /// `round(x)` half away from zero, clamped at 0, as a block position.
 #[inline]
 fn block_position(x: f64) -> u64 {
@@ -138,70 +148,113 @@ impl Scorer for DefaultCost {
         let subtract_from_decode = request.role().label() == Label::Decode && !track && c_ovl > 0.0;
         let has_tier_matches = request.has_tier_matches().unwrap_or(false);
         let shared_hits = request.shared_hits();
+        // Declared-input checks, once per selection: a group this scorer did not declare (or the
+        // row does not carry) reads as absent, exactly as through `RowView`.
+        let inputs = request.inputs();
+        let cache_flag = if inputs.contains(WorkerInputs::CACHE) {
+            RowFlags::HAS_CACHE.0
+        } else {
+            u32::MAX
+        };
+        let load_flag = if inputs.contains(WorkerInputs::LOAD) {
+            RowFlags::HAS_LOAD.0
+        } else {
+            u32::MAX
+        };
+        let preferred = request.multiplier_taints();
+        let (rows, order) = candidates.raw();
+        let has = |row: &Row, flag: u32| row.flags.0 & flag == flag;
         let min_apt = if use_decay {
-            candidates
+            order
                 .iter()
-                .map(|row| row.load().map_or(0, |l| l.active_prefill_tokens))
+                .map(|&i| {
+                    let row = &rows[i as usize];
+                    if has(row, load_flag) {
+                        row.active_prefill_tokens
+                    } else {
+                        0
+                    }
+                })
                 .min()
                 .unwrap_or(0)
         } else {
             0
         };
 
-        for (k, cost) in costs.iter_mut().enumerate() {
-            let row = candidates.get(k);
-            let load = row.load().unwrap_or_default();
-            let (credit, effective_tokens) = match row.cache() {
-                Some(cache) => {
-                    let device = if has_tier_matches {
-                        f64::from(cache.device_blocks)
-                    } else {
-                        cache.effective_blocks
-                    };
-                    let shared = match shared_hits {
-                        Some(hits) => {
-                            self.shared_cache_multiplier
-                                * hits.hits_beyond(block_position(device)) as f64
-                        }
-                        None => 0.0,
-                    };
-                    let decay = if use_decay {
-                        let excess_blocks =
-                            load.active_prefill_tokens.saturating_sub(min_apt) as f64 / bs;
-                        1.0 / (1.0 + self.overlap_score_credit_decay * (excess_blocks / rb))
-                    } else {
-                        1.0
-                    };
-                    let credit = c_ovl * decay * device
-                        + self.host_cache_hit_weight * f64::from(cache.host_blocks)
-                        + self.disk_cache_hit_weight * f64::from(cache.disk_blocks)
-                        + shared;
-                    (credit, cache.effective_tokens)
-                }
-                None => (0.0, 0),
+        for (cost, &i) in costs.iter_mut().zip(order) {
+            let row = &rows[i as usize];
+            let loaded = has(row, load_flag);
+            let (apt, dcb, nreq) = if loaded {
+                (
+                    row.active_prefill_tokens,
+                    row.active_decode_blocks,
+                    row.active_requests,
+                )
+            } else {
+                (0, 0, 0)
             };
-            let decode_blocks = load.active_decode_blocks as f64;
-            let request_cost = self.decode_active_request_weight * load.active_requests as f64;
+            let (credit, effective_tokens) = if cache_flag == u32::MAX {
+                (0.0, 0)
+            } else {
+                // Declared: a row without a cache entry reads as zeros in every tier.
+                let cached = has(row, cache_flag);
+                let (dev, host, disk, estimate, tokens) = if cached {
+                    (
+                        row.device_blocks,
+                        row.host_blocks,
+                        row.disk_blocks,
+                        row.effective_blocks,
+                        row.effective_tokens,
+                    )
+                } else {
+                    (0, 0, 0, 0.0, 0)
+                };
+                let device = if has_tier_matches {
+                    f64::from(dev)
+                } else {
+                    estimate
+                };
+                let shared = match shared_hits {
+                    Some(hits) => {
+                        self.shared_cache_multiplier
+                            * to_f64(hits.hits_beyond(block_position(device)))
+                    }
+                    None => 0.0,
+                };
+                let decay = if use_decay {
+                    let excess_blocks = to_f64(apt.saturating_sub(min_apt)) / bs;
+                    1.0 / (1.0 + self.overlap_score_credit_decay * (excess_blocks / rb))
+                } else {
+                    1.0
+                };
+                let credit = c_ovl * decay * device
+                    + self.host_cache_hit_weight * f64::from(host)
+                    + self.disk_cache_hit_weight * f64::from(disk)
+                    + shared;
+                (credit, tokens)
+            };
+            let decode_blocks = to_f64(dcb);
+            let request_cost = self.decode_active_request_weight * to_f64(nreq);
             let base = if subtract_from_decode {
                 non_negative(decode_blocks - credit) + request_cost
             } else {
                 let raw_tokens = if !track {
                     0
-                } else if load.available {
+                } else if loaded {
                     let covered = if prompt > effective_tokens {
                         prompt
                     } else {
                         effective_tokens
                     };
-                    load.active_prefill_tokens.saturating_add(covered)
+                    apt.saturating_add(covered)
                 } else {
                     prompt
                 };
-                self.prefill_load_scale * non_negative(raw_tokens as f64 / bs - credit)
+                self.prefill_load_scale * non_negative(to_f64(raw_tokens) / bs - credit)
                     + decode_blocks
                     + request_cost
             };
-            *cost = match row.taint_multiplier() {
+            *cost = match taint_multiplier(preferred, row.taints) {
                 Some(m) => base * m,
                 None => base,
             };

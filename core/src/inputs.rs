@@ -220,7 +220,7 @@ impl<'a> RequestView<'a> {
 
     /// The preferred taints that feed the multiplier: none when not declared, or when the
     /// request is pinned (spec section 2: the multiplier is absent for a pinned request).
-    const fn multiplier_taints(&self) -> &'a [PreferredTaint] {
+    pub(crate) const fn multiplier_taints(&self) -> &'a [PreferredTaint] {
         if self.pinned || !self.inputs.contains(WorkerInputs::PREFERRED_TAINT) {
             &[]
         } else {
@@ -291,16 +291,7 @@ impl<'a> RowView<'a> {
     #[inline]
     #[must_use]
     pub fn taint_multiplier(&self) -> Option<f64> {
-        if self.preferred.is_empty() {
-            return None;
-        }
-        let mut sum = 0.0;
-        for p in self.preferred {
-            if self.row.taints.contains(p.taint) {
-                sum += p.weight;
-            }
-        }
-        Some(crate::math::exp(-crate::math::tanh(sum)))
+        taint_multiplier(self.preferred, self.row.taints)
     }
 }
 
@@ -362,6 +353,12 @@ impl<'a> Candidates<'a> {
         RowView::new(&self.request, &self.rows[self.order[k] as usize])
     }
 
+    /// The rows and candidate order, for builtin scorers that hoist the declared-input checks
+    /// out of their loop (they read only groups their declaration makes visible).
+    pub(crate) const fn raw(&self) -> (&'a [Row], &'a [u32]) {
+        (self.rows, self.order)
+    }
+
     /// Every candidate, in order.
     #[must_use = "iterators are lazy"]
     pub fn iter(&self) -> impl ExactSizeIterator<Item = RowView<'a>> + '_ {
@@ -371,4 +368,20 @@ impl<'a> Candidates<'a> {
             .iter()
             .map(move |&i| RowView::new(&request, &rows[i as usize]))
     }
+}
+
+/// `exp(-tanh(sum of the weights of preferred taints the worker carries))`, `None` without
+/// preferred taints.
+#[inline]
+pub(crate) fn taint_multiplier(preferred: &[PreferredTaint], taints: TaintSet) -> Option<f64> {
+    if preferred.is_empty() {
+        return None;
+    }
+    let mut sum = 0.0;
+    for p in preferred {
+        if taints.contains(p.taint) {
+            sum += p.weight;
+        }
+    }
+    Some(crate::math::exp(-crate::math::tanh(sum)))
 }

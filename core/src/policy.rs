@@ -323,6 +323,7 @@ impl<const N: usize> Selector<N> {
     /// policy.select(&mut selector, &Request::new(32, 16), &rows).unwrap();
     /// assert_eq!(selector.last_costs().collect::<Vec<_>>(), [(0, 3.0), (1, 4.0)]);
     /// ```
+    #[must_use = "iterators are lazy"]
     pub fn last_costs(&self) -> impl ExactSizeIterator<Item = (usize, f64)> + '_ {
         let m = self.last.candidates;
         let totals = if self.last.in_first_column {

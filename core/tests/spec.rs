@@ -370,7 +370,7 @@ fn unseeded_ties_pick_only_minima_and_each_of_them() {
     for _ in 0..3000 {
         let pick = p.select(&mut s, &req, &rows).unwrap();
         assert_eq!(pick.reason, PickReason::MinCost { ties: 3 });
-        seen[pick.worker.worker_id as usize] += 1;
+        seen[usize::try_from(pick.worker.worker_id).unwrap()] += 1;
     }
     assert_eq!([seen[1], seen[4]], [0, 0]);
     for id in [2, 3, 5] {
