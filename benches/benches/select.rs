@@ -13,11 +13,12 @@ const SIZES: [u64; 5] = [8, 64, 256, 1024, 4096];
 fn fleet(n: u64) -> Vec<Row> {
     (0..n)
         .map(|id| {
-            let blocks = ((id * 37) % 97) as f64 * 0.5;
+            let half_blocks = (id * 37) % 97;
+            let blocks = half_blocks as f64 * 0.5;
             Row::new(WorkerKey::new(id, 0))
                 .with_cache(Cache {
                     effective_blocks: blocks,
-                    effective_tokens: (blocks * 16.0) as u64,
+                    effective_tokens: half_blocks * 8,
                     ..Cache::default()
                 })
                 .with_load(Load {

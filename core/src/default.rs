@@ -125,6 +125,10 @@ impl Scorer for DefaultCost {
         }
     }
 
+    #[allow(
+        clippy::too_many_lines,
+        reason = "the spec's formula, kept in the spec's order in one place"
+    )]
     fn score(
         &self,
         request: &RequestView<'_>,

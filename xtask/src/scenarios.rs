@@ -63,6 +63,7 @@ struct CacheSpec {
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
+#[allow(clippy::struct_field_names, reason = "the corpus format's field names")]
 struct LoadSpec {
     active_prefill_tokens: u64,
     active_decode_blocks: u64,
@@ -181,6 +182,10 @@ fn rows_of(candidates: &[Candidate]) -> Result<Vec<Row>, String> {
         .collect()
 }
 
+#[allow(
+    clippy::too_many_lines,
+    reason = "one scenario, checked field by field in format order"
+)]
 /// Evaluates one scenario line, appending one line per mismatch to `report`.
 fn run_one(line: &str, report: &mut String) -> Result<String, String> {
     let s: Scenario =
