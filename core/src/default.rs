@@ -5,7 +5,7 @@ use crate::component::{ComponentError, Pick, PickInput, PickReason, Picker, Scor
 use crate::inputs::{Candidates, RequestView, WorkerInputs, taint_multiplier};
 use crate::policy::Policy;
 use crate::rng::{self, RandomSource};
-use crate::types::{Label, Leg, Role, Row, RowFlags};
+use crate::types::{Label, Leg, PreferredTaint, Role, Row, RowFlags, SharedHits};
 
 /// The default policy's type: no filters, the default cost, the default picker.
 pub type DefaultPolicy = Policy<(), (DefaultCost,), DefaultPicker>;
@@ -89,6 +89,149 @@ fn non_negative(x: f64) -> f64 {
     if x > 0.0 { x } else { 0.0 }
 }
 
+/// Division by the block size: a multiplication by its reciprocal when it is a power of two,
+/// which gives the identical result (scaling by `2^-k` is exact for these non-negative values,
+/// which are never subnormal), and a true division otherwise.
+#[derive(Clone, Copy)]
+struct PerBlock {
+    block_size: f64,
+    reciprocal: Option<f64>,
+}
+
+impl PerBlock {
+    fn new(block_size: u32) -> Self {
+        let reciprocal = block_size
+            .is_power_of_two()
+            .then(|| 1.0 / f64::from(block_size));
+        Self {
+            block_size: f64::from(block_size),
+            reciprocal,
+        }
+    }
+
+    #[inline]
+    fn of(self, x: f64) -> f64 {
+        match self.reciprocal {
+            Some(r) => x * r,
+            None => x / self.block_size,
+        }
+    }
+}
+
+/// `(apt, dcb, nreq)` of a row, zeros without a (declared) load projection.
+#[inline]
+fn load_of(row: &Row, load_flag: u32) -> (u64, u64, u64) {
+    if row.flags.0 & load_flag == load_flag {
+        (
+            row.active_prefill_tokens,
+            row.active_decode_blocks,
+            row.active_requests,
+        )
+    } else {
+        (0, 0, 0)
+    }
+}
+
+/// Everything the default cost needs per row, computed once per selection.
+#[allow(
+    clippy::struct_excessive_bools,
+    reason = "the spec's request-wide switches, named as in the spec"
+)]
+struct RowContext<'a> {
+    cost: &'a DefaultCost,
+    prompt: u64,
+    per_block: PerBlock,
+    rb: f64,
+    track: bool,
+    c_ovl: f64,
+    use_decay: bool,
+    min_apt: u64,
+    subtract_from_decode: bool,
+    has_tier_matches: bool,
+    shared_hits: Option<SharedHits<'a>>,
+    load_flag: u32,
+    cache_flag: u32,
+    cache_declared: bool,
+    preferred: &'a [PreferredTaint],
+}
+
+impl RowContext<'_> {
+    /// The spec's per-candidate formula. `EXTRAS` enables decay, shared hits and the taint
+    /// multiplier; without it they are known to be off (decay 1, shared 0, no multiplier).
+    #[inline]
+    fn row_cost<const EXTRAS: bool>(&self, row: &Row) -> f64 {
+        let k = self.cost;
+        let (apt, dcb, nreq) = load_of(row, self.load_flag);
+        let loaded = row.flags.0 & self.load_flag == self.load_flag;
+        let (credit, effective_tokens) = if self.cache_declared {
+            // A row without a cache entry reads as zeros in every tier.
+            let (dev, host, disk, estimate, tokens) =
+                if row.flags.0 & self.cache_flag == self.cache_flag {
+                    (
+                        row.device_blocks,
+                        row.host_blocks,
+                        row.disk_blocks,
+                        row.effective_blocks,
+                        row.effective_tokens,
+                    )
+                } else {
+                    (0, 0, 0, 0.0, 0)
+                };
+            let device = if self.has_tier_matches {
+                f64::from(dev)
+            } else {
+                estimate
+            };
+            let shared = match self.shared_hits {
+                Some(hits) if EXTRAS => {
+                    k.shared_cache_multiplier * to_f64(hits.hits_beyond(block_position(device)))
+                }
+                _ => 0.0,
+            };
+            let decay = if EXTRAS && self.use_decay {
+                let excess_blocks = self.per_block.of(to_f64(apt.saturating_sub(self.min_apt)));
+                1.0 / (1.0 + k.overlap_score_credit_decay * (excess_blocks / self.rb))
+            } else {
+                1.0
+            };
+            let credit = self.c_ovl * decay * device
+                + k.host_cache_hit_weight * f64::from(host)
+                + k.disk_cache_hit_weight * f64::from(disk)
+                + shared;
+            (credit, tokens)
+        } else {
+            (0.0, 0)
+        };
+        let decode_blocks = to_f64(dcb);
+        let request_cost = k.decode_active_request_weight * to_f64(nreq);
+        let base = if self.subtract_from_decode {
+            non_negative(decode_blocks - credit) + request_cost
+        } else {
+            let raw_tokens = if !self.track {
+                0
+            } else if loaded {
+                let covered = if self.prompt > effective_tokens {
+                    self.prompt
+                } else {
+                    effective_tokens
+                };
+                apt.saturating_add(covered)
+            } else {
+                self.prompt
+            };
+            k.prefill_load_scale * non_negative(self.per_block.of(to_f64(raw_tokens)) - credit)
+                + decode_blocks
+                + request_cost
+        };
+        if EXTRAS {
+            if let Some(m) = taint_multiplier(self.preferred, row.taints) {
+                return base * m;
+            }
+        }
+        base
+    }
+}
+
 /// `x as f64`, through the one-instruction signed conversion when the value allows it (the
 /// result is identical: both round to nearest).
 #[inline]
@@ -136,7 +279,6 @@ impl Scorer for DefaultCost {
         costs: &mut [f64],
     ) -> Result<(), ComponentError> {
         let prompt = request.prompt_tokens();
-        let bs = f64::from(request.block_size());
         let rb = request.request_blocks() as f64;
         let track = request.track_prefill_tokens();
         let leg = Leg {
@@ -155,113 +297,52 @@ impl Scorer for DefaultCost {
         // Declared-input checks, once per selection: a group this scorer did not declare (or the
         // row does not carry) reads as absent, exactly as through `RowView`.
         let inputs = request.inputs();
-        let cache_flag = if inputs.contains(WorkerInputs::CACHE) {
-            RowFlags::HAS_CACHE.0
-        } else {
-            u32::MAX
-        };
+        let (rows, order) = candidates.raw();
         let load_flag = if inputs.contains(WorkerInputs::LOAD) {
             RowFlags::HAS_LOAD.0
         } else {
             u32::MAX
         };
-        let preferred = request.multiplier_taints();
-        let (rows, order) = candidates.raw();
-        let has = |row: &Row, flag: u32| row.flags.0 & flag == flag;
         let min_apt = if use_decay {
             order
                 .iter()
-                .map(|&i| {
-                    let row = &rows[i as usize];
-                    if has(row, load_flag) {
-                        row.active_prefill_tokens
-                    } else {
-                        0
-                    }
-                })
+                .map(|&i| load_of(&rows[i as usize], load_flag).0)
                 .min()
                 .unwrap_or(0)
         } else {
             0
         };
-
-        for (cost, &i) in costs.iter_mut().zip(order) {
-            let row = &rows[i as usize];
-            let loaded = has(row, load_flag);
-            let (apt, dcb, nreq) = if loaded {
-                (
-                    row.active_prefill_tokens,
-                    row.active_decode_blocks,
-                    row.active_requests,
-                )
+        let ctx = RowContext {
+            cost: self,
+            prompt,
+            per_block: PerBlock::new(request.block_size()),
+            rb,
+            track,
+            c_ovl,
+            use_decay,
+            min_apt,
+            subtract_from_decode,
+            has_tier_matches,
+            shared_hits,
+            load_flag,
+            cache_flag: if inputs.contains(WorkerInputs::CACHE) {
+                RowFlags::HAS_CACHE.0
             } else {
-                (0, 0, 0)
-            };
-            let (credit, effective_tokens) = if cache_flag == u32::MAX {
-                (0.0, 0)
-            } else {
-                // Declared: a row without a cache entry reads as zeros in every tier.
-                let cached = has(row, cache_flag);
-                let (dev, host, disk, estimate, tokens) = if cached {
-                    (
-                        row.device_blocks,
-                        row.host_blocks,
-                        row.disk_blocks,
-                        row.effective_blocks,
-                        row.effective_tokens,
-                    )
-                } else {
-                    (0, 0, 0, 0.0, 0)
-                };
-                let device = if has_tier_matches {
-                    f64::from(dev)
-                } else {
-                    estimate
-                };
-                let shared = match shared_hits {
-                    Some(hits) => {
-                        self.shared_cache_multiplier
-                            * to_f64(hits.hits_beyond(block_position(device)))
-                    }
-                    None => 0.0,
-                };
-                let decay = if use_decay {
-                    let excess_blocks = to_f64(apt.saturating_sub(min_apt)) / bs;
-                    1.0 / (1.0 + self.overlap_score_credit_decay * (excess_blocks / rb))
-                } else {
-                    1.0
-                };
-                let credit = c_ovl * decay * device
-                    + self.host_cache_hit_weight * f64::from(host)
-                    + self.disk_cache_hit_weight * f64::from(disk)
-                    + shared;
-                (credit, tokens)
-            };
-            let decode_blocks = to_f64(dcb);
-            let request_cost = self.decode_active_request_weight * to_f64(nreq);
-            let base = if subtract_from_decode {
-                non_negative(decode_blocks - credit) + request_cost
-            } else {
-                let raw_tokens = if !track {
-                    0
-                } else if loaded {
-                    let covered = if prompt > effective_tokens {
-                        prompt
-                    } else {
-                        effective_tokens
-                    };
-                    apt.saturating_add(covered)
-                } else {
-                    prompt
-                };
-                self.prefill_load_scale * non_negative(to_f64(raw_tokens) / bs - credit)
-                    + decode_blocks
-                    + request_cost
-            };
-            *cost = match taint_multiplier(preferred, row.taints) {
-                Some(m) => base * m,
-                None => base,
-            };
+                u32::MAX
+            },
+            cache_declared: inputs.contains(WorkerInputs::CACHE),
+            preferred: request.multiplier_taints(),
+        };
+        // The common case (no decay, shared hits or preferred taints) gets its own loop, free of
+        // the branches those need; both evaluate the same formula in the same order.
+        if !use_decay && shared_hits.is_none() && ctx.preferred.is_empty() {
+            for (cost, &i) in costs.iter_mut().zip(order) {
+                *cost = ctx.row_cost::<false>(&rows[i as usize]);
+            }
+        } else {
+            for (cost, &i) in costs.iter_mut().zip(order) {
+                *cost = ctx.row_cost::<true>(&rows[i as usize]);
+            }
         }
         Ok(())
     }

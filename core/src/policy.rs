@@ -544,6 +544,36 @@ impl<F: Filters, S: Scorers, P: Picker> Policy<F, S, P> {
                 scratch.order[0] = i as u32;
             }
             1
+        } else if self.filters.is_empty() {
+            // No filters: eligibility and the host's overload mark decide, branch-free per row.
+            let required = request.required_taints;
+            let order = &mut scratch.order[..rows.len()];
+            let (mut m, mut eligible, mut valid) = (0usize, 0usize, true);
+            for (i, row) in rows.iter().enumerate() {
+                // Validity is folded without branching; the bad row is found below, only if any.
+                valid &= row.is_valid();
+                let is_eligible = row.taints.contains_all(required);
+                #[allow(
+                    clippy::cast_possible_truncation,
+                    reason = "rows.len() <= capacity <= u32::MAX"
+                )]
+                {
+                    order[m] = i as u32;
+                }
+                m += usize::from(is_eligible & !row.is_overloaded());
+                eligible += usize::from(is_eligible);
+            }
+            if !valid {
+                return Err(first_invalid(rows));
+            }
+            if m == 0 {
+                return Err(if eligible > 0 {
+                    SelectError::AllOverloaded
+                } else {
+                    SelectError::NoEndpoints
+                });
+            }
+            m
         } else {
             let mut m = 0;
             let (mut filtered, mut overloaded) = (0usize, 0usize);
@@ -611,13 +641,11 @@ impl<F: Filters, S: Scorers, P: Picker> Policy<F, S, P> {
             scorer
                 .score(&view, &Candidates::new(view, rows, order), column)
                 .map_err(|error| SelectError::ScorerFailed { scorer: s, error })?;
-            for (k, c) in column.iter().enumerate() {
-                if !c.is_finite() {
-                    return Err(SelectError::NonFiniteCost {
-                        scorer: s,
-                        row: order[k] as usize,
-                    });
-                }
+            if let Some(k) = first_non_finite(column) {
+                return Err(SelectError::NonFiniteCost {
+                    scorer: s,
+                    row: order[k] as usize,
+                });
             }
         }
         let totals: &[f64] = if scorers == 1 {
@@ -631,12 +659,10 @@ impl<F: Filters, S: Scorers, P: Picker> Policy<F, S, P> {
                     *t += *c;
                 }
             }
-            for (k, t) in totals.iter().enumerate() {
-                if !t.is_finite() {
-                    return Err(SelectError::NonFiniteTotal {
-                        row: order[k] as usize,
-                    });
-                }
+            if let Some(k) = first_non_finite(totals) {
+                return Err(SelectError::NonFiniteTotal {
+                    row: order[k] as usize,
+                });
             }
             totals
         };
@@ -717,4 +743,34 @@ impl<F: Filters, S: Scorers, P: Picker> Policy<F, S, P> {
         }
         Ok(Verdict::Keep)
     }
+}
+
+/// The position of the first NaN or infinite value, if any. The common all-finite case is one
+/// branch-free pass (which the compiler vectorizes); the search runs only when something is wrong.
+#[inline]
+fn first_non_finite(values: &[f64]) -> Option<usize> {
+    let all_finite = values.iter().fold(true, |ok, v| ok & v.is_finite());
+    if all_finite {
+        None
+    } else {
+        values.iter().position(|v| !v.is_finite())
+    }
+}
+
+/// The error for the first invalid row of `rows`.
+#[cold]
+fn first_invalid(rows: &[Row]) -> SelectError {
+    rows.iter()
+        .enumerate()
+        .find_map(|(i, row)| {
+            row.check()
+                .err()
+                .map(|field| SelectError::InvalidRow { row: i, field })
+        })
+        // `Row::is_valid` and `Row::check` agree (tested), so a row is always found; an empty
+        // answer would still be an error value, never a panic.
+        .unwrap_or(SelectError::InvalidRow {
+            row: rows.len(),
+            field: RowField::Flags,
+        })
 }

@@ -726,12 +726,37 @@ impl Row {
         self.flags.contains(RowFlags::OVERLOADED)
     }
 
+    /// Whether [`Row::check`] would pass, computed without branches.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use libroute_core::{Row, WorkerKey};
+    /// let mut row = Row::new(WorkerKey::new(1, 0));
+    /// assert!(row.is_valid());
+    /// row.flags.0 = 64;
+    /// assert!(!row.is_valid());
+    /// ```
+    #[inline]
+    #[must_use]
+    #[allow(
+        clippy::needless_bitwise_bool,
+        reason = "branch-free on purpose: it runs once per row"
+    )]
+    pub fn is_valid(&self) -> bool {
+        let known_flags = self.flags.0 & !RowFlags::ALL.0 == 0;
+        let no_cache = self.flags.0 & RowFlags::HAS_CACHE.0 == 0;
+        let estimate_ok = (self.effective_blocks >= 0.0) & (self.effective_blocks <= f64::MAX);
+        known_flags & (no_cache | estimate_ok)
+    }
+
     /// Checks what the bits mean.
     ///
     /// # Errors
     ///
     /// The field that is invalid: unknown flag bits, or an `effective_blocks` that is NaN,
     /// infinite or negative on a row with a cache entry.
+    #[inline]
     pub fn check(&self) -> Result<(), RowField> {
         if self.flags.0 & !RowFlags::ALL.0 != 0 {
             return Err(RowField::Flags);

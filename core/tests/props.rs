@@ -129,6 +129,20 @@ proptest! {
     }
 
     #[test]
+    fn is_valid_agrees_with_check(flags in any::<u32>(), bits in any::<u64>(), special in 0u8..6) {
+        let estimate = match special {
+            0 => f64::NAN,
+            1 => f64::INFINITY,
+            2 => f64::NEG_INFINITY,
+            3 => -0.0,
+            4 => f64::MAX,
+            _ => f64::from_bits(bits),
+        };
+        let row = Row { flags: RowFlags(flags % 16), effective_blocks: estimate, ..Row::new(WorkerKey::new(1, 0)) };
+        prop_assert_eq!(row.is_valid(), row.check().is_ok(), "{:?}", row);
+    }
+
+    #[test]
     fn no_input_makes_the_selector_panic(raw in prop::collection::vec(any::<[u64; 10]>(), 0..40),
                                         costs in prop::collection::vec(any::<f64>(), 7),
                                         temperature in any::<f64>(), prompt in any::<u64>(), block_size in any::<u32>(),
