@@ -3,6 +3,7 @@
 //! policy. `cargo bench -p libroute-benches --bench breakdown`.
 
 use criterion::{Criterion, criterion_group, criterion_main};
+use libroute_benches::bench_fleet;
 use libroute_core::{
     Cache, Candidates, ComponentError, DefaultCost, DefaultPicker, Leg, Load, Pick, PickInput,
     PickReason, Picker, Policy, RandomSource, Request, RequestView, Row, Scorer, Selector,
@@ -10,59 +11,8 @@ use libroute_core::{
 };
 use std::hint::black_box;
 
-struct First;
-impl Picker for First {
-    fn inputs(&self, _: Leg) -> WorkerInputs {
-        WorkerInputs::NONE
-    }
-    fn pick(
-        &self,
-        _: &PickInput<'_>,
-        _: &mut [f64],
-        _: &mut dyn RandomSource,
-    ) -> Result<Pick, ComponentError> {
-        Ok(Pick {
-            index: 0,
-            reason: PickReason::Custom,
-        })
-    }
-}
-struct Zero;
-impl Scorer for Zero {
-    fn inputs(&self, _: Leg) -> WorkerInputs {
-        WorkerInputs::NONE
-    }
-    fn score(
-        &self,
-        _: &RequestView<'_>,
-        _: &Candidates<'_>,
-        c: &mut [f64],
-    ) -> Result<(), ComponentError> {
-        c.fill(0.0);
-        Ok(())
-    }
-}
-fn fleet(n: u64) -> Vec<Row> {
-    (0..n)
-        .map(|id| {
-            let half_blocks = (id * 37) % 97;
-            Row::new(WorkerKey::new(id, 0))
-                .with_cache(Cache {
-                    effective_blocks: half_blocks as f64 * 0.5,
-                    effective_tokens: half_blocks * 8,
-                    ..Cache::default()
-                })
-                .with_load(Load {
-                    available: true,
-                    active_prefill_tokens: (id * 131) % 4096,
-                    active_decode_blocks: (id * 17) % 509,
-                    active_requests: id % 13,
-                })
-        })
-        .collect()
-}
 fn breakdown(c: &mut Criterion) {
-    let rows = fleet(1024);
+    let rows = bench_fleet(1024);
     let request = Request::new(2048, 16);
     let mut s = Box::new(Selector::<4096>::new());
     let p0 = Policy::new((), (), First).unwrap();

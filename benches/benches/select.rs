@@ -5,31 +5,10 @@
 use std::hint::black_box;
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
-use libroute_core::{Cache, DefaultKnobs, Load, Request, Row, Selector, WorkerKey};
+use libroute_benches::bench_fleet;
+use libroute_core::{DefaultKnobs, Request, Selector};
 
 const SIZES: [u64; 5] = [8, 64, 256, 1024, 4096];
-
-/// A fleet whose costs mostly differ (a few ties), like a busy deployment.
-fn fleet(n: u64) -> Vec<Row> {
-    (0..n)
-        .map(|id| {
-            let half_blocks = (id * 37) % 97;
-            let blocks = half_blocks as f64 * 0.5;
-            Row::new(WorkerKey::new(id, 0))
-                .with_cache(Cache {
-                    effective_blocks: blocks,
-                    effective_tokens: half_blocks * 8,
-                    ..Cache::default()
-                })
-                .with_load(Load {
-                    available: true,
-                    active_prefill_tokens: (id * 131) % 4096,
-                    active_decode_blocks: (id * 17) % 509,
-                    active_requests: id % 13,
-                })
-        })
-        .collect()
-}
 
 fn select(c: &mut Criterion) {
     let request = Request::new(2048, 16);
@@ -49,7 +28,7 @@ fn select(c: &mut Criterion) {
         .unwrap();
         let mut group = c.benchmark_group(format!("default/{name}"));
         for n in SIZES {
-            let rows = fleet(n);
+            let rows = bench_fleet(n);
             group.throughput(Throughput::Elements(n));
             group.bench_with_input(BenchmarkId::from_parameter(n), &rows, |b, rows| {
                 b.iter(|| {
