@@ -2,47 +2,88 @@
 //! eligibility, overload), plus a trivial scorer, plus the default cost, and the full default
 //! policy. `cargo bench -p libroute-benches --bench breakdown`.
 
+use std::hint::black_box;
+
 use criterion::{Criterion, criterion_group, criterion_main};
 use libroute_benches::bench_fleet;
 use libroute_core::{
-    Cache, Candidates, ComponentError, DefaultCost, DefaultPicker, Leg, Load, Pick, PickInput,
-    PickReason, Picker, Policy, RandomSource, Request, RequestView, Row, Scorer, Selector,
-    WorkerInputs, WorkerKey,
+    Candidates, ComponentError, DefaultCost, DefaultPicker, Leg, Pick, PickInput, PickReason,
+    Picker, Policy, RandomSource, Request, RequestView, Scorer, Selector, WorkerInputs,
 };
-use std::hint::black_box;
+
+/// A picker that takes the first candidate and draws nothing.
+struct First;
+
+impl Picker for First {
+    fn inputs(&self, _: Leg) -> WorkerInputs {
+        WorkerInputs::NONE
+    }
+    fn pick(
+        &self,
+        _: &PickInput<'_>,
+        _: &mut [f64],
+        _: &mut dyn RandomSource,
+    ) -> Result<Pick, ComponentError> {
+        Ok(Pick {
+            index: 0,
+            reason: PickReason::Custom,
+        })
+    }
+}
+
+/// A scorer that writes 0 for every candidate.
+struct Zero;
+
+impl Scorer for Zero {
+    fn inputs(&self, _: Leg) -> WorkerInputs {
+        WorkerInputs::NONE
+    }
+    fn score(
+        &self,
+        _: &RequestView<'_>,
+        _: &Candidates<'_>,
+        costs: &mut [f64],
+    ) -> Result<(), ComponentError> {
+        costs.fill(0.0);
+        Ok(())
+    }
+}
 
 fn breakdown(c: &mut Criterion) {
     let rows = bench_fleet(1024);
     let request = Request::new(2048, 16);
     let mut s = Box::new(Selector::<4096>::new());
-    let p0 = Policy::new((), (), First).unwrap();
+    let pipeline = Policy::new((), (), First).unwrap();
     c.bench_function("pipeline-only", |b| {
         b.iter(|| {
-            p0.select(&mut s, black_box(&request), black_box(&rows))
+            pipeline
+                .select(&mut s, black_box(&request), black_box(&rows))
                 .unwrap()
         });
     });
-    let p1 = Policy::new((), (Zero,), First).unwrap();
+    let zero = Policy::new((), (Zero,), First).unwrap();
     c.bench_function("pipeline+zero-scorer", |b| {
         b.iter(|| {
-            p1.select(&mut s, black_box(&request), black_box(&rows))
+            zero.select(&mut s, black_box(&request), black_box(&rows))
                 .unwrap()
         });
     });
-    let p2 = Policy::new((), (DefaultCost::default(),), First).unwrap();
+    let scored = Policy::new((), (DefaultCost::default(),), First).unwrap();
     c.bench_function("pipeline+default-scorer", |b| {
         b.iter(|| {
-            p2.select(&mut s, black_box(&request), black_box(&rows))
+            scored
+                .select(&mut s, black_box(&request), black_box(&rows))
                 .unwrap()
         });
     });
-    let p3 = Policy::new((), (DefaultCost::default(),), DefaultPicker::default()).unwrap();
+    let full = Policy::new((), (DefaultCost::default(),), DefaultPicker::default()).unwrap();
     c.bench_function("full", |b| {
         b.iter(|| {
-            p3.select(&mut s, black_box(&request), black_box(&rows))
+            full.select(&mut s, black_box(&request), black_box(&rows))
                 .unwrap()
         });
     });
 }
+
 criterion_group!(benches, breakdown);
 criterion_main!(benches);
