@@ -248,6 +248,13 @@ impl<'a> RowView<'a> {
         }
     }
 
+    /// The host's row, unmasked: for foreign (C) components, which promise to read only the
+    /// groups they declared (see [`Candidates::raw`]).
+    #[must_use]
+    pub const fn raw(&self) -> &'a Row {
+        self.row
+    }
+
     /// The worker and rank.
     #[must_use]
     pub const fn worker(&self) -> WorkerKey {
@@ -353,9 +360,14 @@ impl<'a> Candidates<'a> {
         RowView::new(&self.request, &self.rows[self.order[k] as usize])
     }
 
-    /// The rows and candidate order, for builtin scorers that hoist the declared-input checks
-    /// out of their loop (they read only groups their declaration makes visible).
-    pub(crate) const fn raw(&self) -> (&'a [Row], &'a [u32]) {
+    /// The host's rows and the candidate order (indices into the rows), unmasked.
+    ///
+    /// For components that cannot be given masked views: builtin scorers that hoist the
+    /// declared-input checks out of their loop, and foreign (C) components that receive the
+    /// host's own row array. Such a component promises to read only the groups it declared;
+    /// nothing else enforces it.
+    #[must_use]
+    pub const fn raw(&self) -> (&'a [Row], &'a [u32]) {
         (self.rows, self.order)
     }
 

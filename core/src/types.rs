@@ -121,7 +121,7 @@ impl Role {
 /// assert!(Taint::new(63).is_some());
 /// assert!(Taint::new(64).is_none());
 /// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
 pub struct Taint(u8);
 
 impl Taint {

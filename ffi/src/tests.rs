@@ -1,0 +1,609 @@
+//! The extern functions called from Rust, as C would call them. Small enough to run under Miri,
+//! which checks every pointer the ABI dereferences.
+
+// Why: tests pass references where C passes pointers; the coercion is the point.
+#![allow(clippy::borrow_as_ptr)]
+
+use std::ptr;
+
+use super::*;
+
+fn new_policy(json: &str) -> Result<*mut libroute_policy, libroute_status> {
+    let mut p = ptr::null_mut();
+    // SAFETY: a valid buffer and out-pointer.
+    let rc = unsafe { libroute_policy_new(json.as_ptr().cast(), json.len(), &raw mut p) };
+    if rc == libroute_status::Ok {
+        Ok(p)
+    } else {
+        Err(rc)
+    }
+}
+
+fn new_selector(capacity: usize) -> *mut libroute_selector {
+    let mut s = ptr::null_mut();
+    // SAFETY: a valid out-pointer.
+    let rc = unsafe { libroute_selector_new(capacity, 7, &raw mut s) };
+    assert_eq!(rc, libroute_status::Ok);
+    s
+}
+
+fn request(prompt: u64) -> libroute_request {
+    libroute_request {
+        prompt_tokens: prompt,
+        block_size: 16,
+        role: libroute_role::Aggregated as u32,
+        track_prefill_tokens: 1,
+        conditional_disagg: 0,
+        has_tier_matches: 1,
+        has_pin: 0,
+        has_shared_hits: 0,
+        pin: libroute_worker {
+            worker_id: 0,
+            dp_rank: 0,
+        },
+        required_taints: 0,
+        preferred_taints: ptr::null(),
+        preferred_taints_len: 0,
+        shared_hits: ptr::null(),
+        shared_hits_len: 0,
+    }
+}
+
+fn row(id: u64, device: u32, decode: u64) -> libroute_row {
+    libroute_row {
+        worker: libroute_worker {
+            worker_id: id,
+            dp_rank: 0,
+        },
+        taints: 0,
+        flags: LIBROUTE_ROW_HAS_CACHE | LIBROUTE_ROW_HAS_LOAD,
+        device_blocks: device,
+        host_blocks: 0,
+        disk_blocks: 0,
+        effective_blocks: f64::from(device),
+        effective_tokens: u64::from(device) * 16,
+        active_prefill_tokens: 0,
+        active_decode_blocks: decode,
+        active_requests: 0,
+    }
+}
+
+fn last_error() -> String {
+    let mut buf = [0 as c_char; 512];
+    let mut n = 0;
+    // SAFETY: a valid buffer and out-pointer.
+    let rc = unsafe { libroute_last_error(buf.as_mut_ptr(), buf.len(), &raw mut n) };
+    assert_eq!(rc, libroute_status::Ok);
+    String::from_utf8(buf[..n].iter().map(|&c| c.to_ne_bytes()[0]).collect()).unwrap()
+}
+
+fn select(
+    policy: *const libroute_policy,
+    selector: *mut libroute_selector,
+    req: &libroute_request,
+    rows: &[libroute_row],
+) -> Result<(libroute_selection, Vec<f64>), libroute_status> {
+    // SAFETY: `libroute_selection` is plain data; zero is a valid placeholder.
+    let mut out: libroute_selection = unsafe { std::mem::zeroed() };
+    let mut parts = [f64::NAN; 8];
+    // SAFETY: live handles, a valid request and arrays.
+    let rc = unsafe {
+        libroute_select(
+            policy,
+            selector,
+            req,
+            rows.as_ptr(),
+            rows.len(),
+            &raw mut out,
+            parts.as_mut_ptr(),
+            parts.len(),
+        )
+    };
+    if rc == libroute_status::Ok {
+        Ok((out, parts[..out.scorers].to_vec()))
+    } else {
+        Err(rc)
+    }
+}
+
+#[test]
+fn a_selection_through_the_abi_matches_the_spec() {
+    let policy = new_policy(r#"{"prefill_load_scale": 2}"#).unwrap();
+    let selector = new_selector(8);
+    let mut req = request(64);
+    req.role = libroute_role::Prefill as u32;
+    let mut r = row(0, 6, 5);
+    r.effective_tokens = 96;
+    r.active_prefill_tokens = 16;
+    let (sel, parts) = select(policy, selector, &req, &[r]).unwrap();
+    assert_eq!(
+        (sel.row, sel.cost, sel.request_blocks, sel.cached_tokens),
+        (0, 7.0, 4, 96)
+    );
+    assert_eq!(parts, [7.0]);
+    assert_eq!(sel.reason, libroute_reason::MinCost as u32);
+    // SAFETY: live handles, freed once.
+    unsafe {
+        libroute_selector_free(selector);
+        libroute_policy_free(policy);
+    }
+}
+
+#[test]
+fn null_handles_and_arrays_are_errors_and_free_null_is_a_no_op() {
+    let policy = new_policy("").unwrap();
+    let selector = new_selector(4);
+    let req = request(16);
+    let rows = [row(1, 0, 0)];
+    let mut unused = ptr::null_mut();
+    // SAFETY: `out` is a valid placeholder; the NULL arguments are the point.
+    let mut out: libroute_selection = unsafe { std::mem::zeroed() };
+    // SAFETY: every non-NULL argument is valid.
+    unsafe {
+        assert_eq!(
+            libroute_select(
+                ptr::null(),
+                selector,
+                &req,
+                rows.as_ptr(),
+                1,
+                &raw mut out,
+                ptr::null_mut(),
+                0
+            ),
+            libroute_status::NullArgument
+        );
+        assert_eq!(
+            libroute_select(
+                policy,
+                ptr::null_mut(),
+                &req,
+                rows.as_ptr(),
+                1,
+                &raw mut out,
+                ptr::null_mut(),
+                0
+            ),
+            libroute_status::NullArgument
+        );
+        assert_eq!(
+            libroute_select(
+                policy,
+                selector,
+                ptr::null(),
+                rows.as_ptr(),
+                1,
+                &raw mut out,
+                ptr::null_mut(),
+                0
+            ),
+            libroute_status::NullArgument
+        );
+        assert_eq!(
+            libroute_select(
+                policy,
+                selector,
+                &req,
+                ptr::null(),
+                1,
+                &raw mut out,
+                ptr::null_mut(),
+                0
+            ),
+            libroute_status::NullArgument
+        );
+        assert_eq!(
+            libroute_select(
+                policy,
+                selector,
+                &req,
+                rows.as_ptr(),
+                1,
+                ptr::null_mut(),
+                ptr::null_mut(),
+                0
+            ),
+            libroute_status::NullArgument
+        );
+        assert_eq!(
+            libroute_select(
+                policy,
+                selector,
+                &req,
+                ptr::null(),
+                0,
+                &raw mut out,
+                ptr::null_mut(),
+                0
+            ),
+            libroute_status::NoEndpoints
+        );
+        assert_eq!(
+            libroute_policy_new(ptr::null(), 3, &raw mut unused),
+            libroute_status::NullArgument
+        );
+        libroute_policy_free(ptr::null_mut());
+        libroute_selector_free(ptr::null_mut());
+        libroute_selector_free(selector);
+        libroute_policy_free(policy);
+    }
+}
+
+#[test]
+fn configuration_errors_name_the_key_or_knob() {
+    assert_eq!(new_policy("{"), Err(libroute_status::InvalidJson));
+    assert_eq!(
+        new_policy(r#"{"temprature": 1}"#),
+        Err(libroute_status::UnknownKey)
+    );
+    assert!(last_error().contains("temprature"), "{}", last_error());
+    assert_eq!(
+        new_policy(r#"{"host_cache_hit_weight": 1.5}"#),
+        Err(libroute_status::InvalidKnob)
+    );
+    assert_eq!(
+        last_error(),
+        "invalid host_cache_hit_weight = 1.5: must be within [0, 1]"
+    );
+    assert_eq!(
+        new_policy(r#"{"temperature": "hot"}"#),
+        Err(libroute_status::InvalidJson)
+    );
+    let mut p = ptr::null_mut();
+    let bytes = [0xff_u8, 0xfe];
+    // SAFETY: a valid buffer and out-pointer.
+    let rc = unsafe { libroute_policy_new(bytes.as_ptr().cast(), 2, &raw mut p) };
+    assert_eq!(rc, libroute_status::InvalidJson);
+    assert!(p.is_null(), "out-parameters are written only on success");
+}
+
+#[test]
+fn out_of_range_values_from_c_are_rejected() {
+    let policy = new_policy("").unwrap();
+    let selector = new_selector(2);
+    let rows = [row(1, 0, 0), row(2, 0, 0), row(3, 0, 0)];
+    assert_eq!(
+        select(policy, selector, &request(16), &rows),
+        Err(libroute_status::CapacityExceeded)
+    );
+    let mut req = request(16);
+    req.role = 9;
+    assert_eq!(
+        select(policy, selector, &req, &rows[..1]),
+        Err(libroute_status::InvalidArgument)
+    );
+    assert!(last_error().contains("role 9"));
+    let mut req = request(16);
+    req.has_tier_matches = 2;
+    assert_eq!(
+        select(policy, selector, &req, &rows[..1]),
+        Err(libroute_status::InvalidArgument)
+    );
+    let mut nan = row(1, 1, 0);
+    nan.effective_blocks = f64::NAN;
+    assert_eq!(
+        select(policy, selector, &request(16), &[nan]),
+        Err(libroute_status::InvalidRow)
+    );
+    assert_eq!(
+        last_error(),
+        "invalid row 0: effective_blocks is NaN, infinite or negative"
+    );
+    let mut flags = row(1, 1, 0);
+    flags.flags = 64;
+    assert_eq!(
+        select(policy, selector, &request(16), &[flags]),
+        Err(libroute_status::InvalidRow)
+    );
+    let mut s = ptr::null_mut();
+    // SAFETY: valid out-pointers.
+    unsafe {
+        assert_eq!(
+            libroute_selector_new(0, 0, &raw mut s),
+            libroute_status::InvalidArgument
+        );
+        assert_eq!(
+            libroute_selector_new(LIBROUTE_MAX_CAPACITY + 1, 0, &raw mut s),
+            libroute_status::CapacityExceeded
+        );
+        let mut bits = 0u8;
+        assert_eq!(
+            libroute_policy_inputs(policy, 7, 0, &raw mut bits),
+            libroute_status::InvalidArgument
+        );
+        assert_eq!(
+            libroute_policy_inputs(policy, 2, 0, &raw mut bits),
+            libroute_status::Ok
+        );
+        assert_eq!(
+            bits,
+            LIBROUTE_INPUT_CACHE | LIBROUTE_INPUT_LOAD | LIBROUTE_INPUT_PREFERRED_TAINT
+        );
+        assert_eq!(
+            libroute_policy_inputs(policy, 1, 0, &raw mut bits),
+            libroute_status::Ok
+        );
+        assert_eq!(bits, LIBROUTE_INPUT_LOAD | LIBROUTE_INPUT_PREFERRED_TAINT);
+        libroute_selector_free(selector);
+        libroute_policy_free(policy);
+    }
+}
+
+unsafe extern "C" fn add_half(
+    user_data: *mut c_void,
+    _: *const libroute_request_info,
+    _: *const libroute_row,
+    _: *const u32,
+    len: usize,
+    costs: *mut f64,
+) -> i32 {
+    // SAFETY: the tests pass a pointer to an f64 as user data.
+    let value = unsafe { *user_data.cast::<f64>() };
+    for k in 0..len {
+        // SAFETY: `costs` holds `len` values.
+        unsafe { costs.add(k).write(value) };
+    }
+    0
+}
+
+unsafe extern "C" fn failing_scorer(
+    _: *mut c_void,
+    _: *const libroute_request_info,
+    _: *const libroute_row,
+    _: *const u32,
+    _: usize,
+    _: *mut f64,
+) -> i32 {
+    42
+}
+
+unsafe extern "C" fn reject_odd(
+    _: *mut c_void,
+    _: *const libroute_request_info,
+    row: *const libroute_row,
+    verdict: *mut u32,
+) -> i32 {
+    // SAFETY: libroute passes a valid row and out-pointer.
+    unsafe { verdict.write(u32::from((*row).worker.worker_id % 2 == 1)) };
+    0
+}
+
+unsafe extern "C" fn bad_verdict(
+    _: *mut c_void,
+    _: *const libroute_request_info,
+    _: *const libroute_row,
+    verdict: *mut u32,
+) -> i32 {
+    // SAFETY: libroute passes a valid out-pointer.
+    unsafe { verdict.write(7) };
+    0
+}
+
+fn policy_with(
+    filters: &[libroute_filter],
+    scorers: &[libroute_scorer],
+) -> Result<*mut libroute_policy, libroute_status> {
+    let mut p = ptr::null_mut();
+    // SAFETY: valid arrays and out-pointer.
+    let rc = unsafe {
+        libroute_policy_new_with_components(
+            ptr::null(),
+            0,
+            filters.as_ptr(),
+            filters.len(),
+            scorers.as_ptr(),
+            scorers.len(),
+            &raw mut p,
+        )
+    };
+    if rc == libroute_status::Ok {
+        Ok(p)
+    } else {
+        Err(rc)
+    }
+}
+
+#[test]
+#[allow(
+    clippy::too_many_lines,
+    reason = "one scenario per callback outcome, in sequence"
+)]
+fn callbacks_compose_with_the_default_cost_and_their_failures_are_codes() {
+    let mut half = 0.5f64;
+    let scorer = libroute_scorer {
+        callback: Some(add_half),
+        user_data: (&raw mut half).cast(),
+        inputs: 0,
+    };
+    let filter = libroute_filter {
+        callback: Some(reject_odd),
+        user_data: ptr::null_mut(),
+        inputs: LIBROUTE_INPUT_LOAD,
+    };
+    let policy = policy_with(&[filter], &[scorer]).unwrap();
+    let selector = new_selector(16);
+    let rows = [row(1, 0, 0), row(2, 0, 3), row(4, 0, 1)];
+    let (sel, parts) = select(policy, selector, &request(32), &rows).unwrap();
+    assert_eq!((sel.worker.worker_id, sel.candidates), (4, 2));
+    assert_eq!(parts, [2.0 + 1.0, 0.5]);
+    assert_eq!(sel.cost, 3.5);
+    let mut idx = [0usize; 4];
+    let mut costs = [0.0; 4];
+    let mut n = 0;
+    // SAFETY: valid buffers.
+    unsafe {
+        assert_eq!(
+            libroute_selector_last_costs(
+                selector,
+                idx.as_mut_ptr(),
+                costs.as_mut_ptr(),
+                4,
+                &raw mut n
+            ),
+            libroute_status::Ok
+        );
+        assert_eq!(
+            libroute_selector_last_costs(
+                selector,
+                idx.as_mut_ptr(),
+                costs.as_mut_ptr(),
+                1,
+                &raw mut n
+            ),
+            libroute_status::BufferTooSmall
+        );
+    }
+    assert_eq!(
+        (n, &idx[..2], &costs[..2]),
+        (2, &[1usize, 2][..], &[5.5, 3.5][..])
+    );
+    // SAFETY: a live handle.
+    unsafe { libroute_policy_free(policy) };
+
+    let mut nan = f64::NAN;
+    let nan_scorer = libroute_scorer {
+        callback: Some(add_half),
+        user_data: (&raw mut nan).cast(),
+        inputs: 0,
+    };
+    let policy = policy_with(&[], &[nan_scorer]).unwrap();
+    assert_eq!(
+        select(policy, selector, &request(32), &rows),
+        Err(libroute_status::NonFiniteCost)
+    );
+    assert_eq!(
+        last_error(),
+        "scorer 1 gave row 0 a non-finite or unwritten cost"
+    );
+    // SAFETY: a live handle.
+    unsafe { libroute_policy_free(policy) };
+
+    let failing = libroute_scorer {
+        callback: Some(failing_scorer),
+        user_data: ptr::null_mut(),
+        inputs: 0,
+    };
+    let policy = policy_with(&[], &[failing]).unwrap();
+    assert_eq!(
+        select(policy, selector, &request(32), &rows),
+        Err(libroute_status::ScorerFailed)
+    );
+    assert!(last_error().contains("code 42"), "{}", last_error());
+    // SAFETY: a live handle.
+    unsafe { libroute_policy_free(policy) };
+
+    let weird = libroute_filter {
+        callback: Some(bad_verdict),
+        user_data: ptr::null_mut(),
+        inputs: 0,
+    };
+    let policy = policy_with(&[weird], &[]).unwrap();
+    assert_eq!(
+        select(policy, selector, &request(32), &rows),
+        Err(libroute_status::FilterFailed)
+    );
+    assert!(last_error().contains("not a libroute_verdict"));
+    // SAFETY: live handles.
+    unsafe {
+        libroute_policy_free(policy);
+        libroute_selector_free(selector);
+    }
+
+    let null_cb = libroute_scorer {
+        callback: None,
+        user_data: ptr::null_mut(),
+        inputs: 0,
+    };
+    assert_eq!(
+        policy_with(&[], &[null_cb]),
+        Err(libroute_status::NullArgument)
+    );
+    let bad_bits = libroute_scorer {
+        callback: Some(failing_scorer),
+        user_data: ptr::null_mut(),
+        inputs: 8,
+    };
+    assert_eq!(
+        policy_with(&[], &[bad_bits]),
+        Err(libroute_status::InvalidArgument)
+    );
+    assert_eq!(
+        policy_with(&[], &[failing; 8]),
+        Err(libroute_status::TooManyComponents)
+    );
+}
+
+#[test]
+fn contributions_buffer_too_small_is_checked_before_selecting() {
+    let policy = new_policy("").unwrap();
+    let selector = new_selector(4);
+    // SAFETY: `out` placeholder, valid arrays.
+    let mut out: libroute_selection = unsafe { std::mem::zeroed() };
+    let rows = [row(1, 0, 0)];
+    let mut parts = [0.0f64; 1];
+    // SAFETY: valid handles and buffers; a zero length with a non-NULL buffer is the point.
+    let rc = unsafe {
+        libroute_select(
+            policy,
+            selector,
+            &request(16),
+            rows.as_ptr(),
+            1,
+            &raw mut out,
+            parts.as_mut_ptr(),
+            0,
+        )
+    };
+    assert_eq!(rc, libroute_status::BufferTooSmall);
+    // SAFETY: live handles.
+    unsafe {
+        libroute_selector_free(selector);
+        libroute_policy_free(policy);
+    }
+}
+
+#[test]
+fn every_status_has_a_message_and_unknown_codes_are_invalid_arguments() {
+    let mut buf = [0 as c_char; 128];
+    let mut n = 0;
+    for status in libroute_status::ALL {
+        // SAFETY: a valid buffer and out-pointer.
+        let rc = unsafe {
+            libroute_status_message(status as u32, buf.as_mut_ptr(), buf.len(), &raw mut n)
+        };
+        assert_eq!(rc, libroute_status::Ok);
+        assert_eq!(n, status.message().len());
+    }
+    // SAFETY: as above.
+    unsafe {
+        assert_eq!(
+            libroute_status_message(12345, buf.as_mut_ptr(), buf.len(), &raw mut n),
+            libroute_status::InvalidArgument
+        );
+        assert_eq!(
+            libroute_status_message(0, buf.as_mut_ptr(), 2, &raw mut n),
+            libroute_status::BufferTooSmall
+        );
+    }
+    let mut values: Vec<u32> = libroute_status::ALL.iter().map(|s| *s as u32).collect();
+    values.dedup();
+    assert_eq!(
+        values.len(),
+        libroute_status::ALL.len(),
+        "status values are distinct"
+    );
+}
+
+#[test]
+fn the_version_is_the_package_version() {
+    // SAFETY: the version string is static and NUL-terminated.
+    let v = unsafe { std::ffi::CStr::from_ptr(libroute_version()) };
+    assert_eq!(v.to_str().unwrap(), env!("CARGO_PKG_VERSION"));
+}
+
+#[test]
+fn a_panic_inside_becomes_a_status() {
+    let rc = boundary(|| panic!("boom"));
+    assert_eq!(rc, libroute_status::Panic);
+    assert_eq!(last_error(), "libroute panicked: boom");
+}
