@@ -18,6 +18,7 @@
 // Why: these docs name tools and targets (no_std, cargo-fuzz) as prose, not code items.
 #![allow(clippy::doc_markdown, reason = "tool names in prose")]
 
+mod codegen;
 mod scenarios;
 
 /// One named step of `cargo xtask ci`.
@@ -27,7 +28,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 use std::time::Instant;
 
-type Result<T = ()> = std::result::Result<T, String>;
+pub(crate) type Result<T = ()> = std::result::Result<T, String>;
 
 const USAGE: &str =
     "usage: cargo xtask <ci | scenarios PATH... | check | package | fuzz [--time SECONDS] | bench>";
@@ -46,6 +47,11 @@ fn main() -> ExitCode {
     let result = match args.first().map(String::as_str) {
         Some("ci") => ci(),
         Some("scenarios") => run_scenarios(&args[1..]),
+        Some("codegen") => match &args[1..] {
+            [] => codegen::codegen(false),
+            [flag] if flag == "--check" => codegen::codegen(true),
+            _ => Err("usage: cargo xtask codegen [--check]".to_owned()),
+        },
         Some("check") => check(),
         Some("package") => package(),
         Some("fuzz") => parse_time(&args[1..]).and_then(fuzz),
@@ -61,7 +67,7 @@ fn main() -> ExitCode {
     }
 }
 
-fn root() -> PathBuf {
+pub(crate) fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .parent()
         .expect("xtask lives in the workspace")
