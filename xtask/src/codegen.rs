@@ -14,11 +14,15 @@ pub(crate) fn header_path() -> PathBuf {
 
 /// The workspace version (`[workspace.package] version`), the one source of every version fact.
 pub(crate) fn workspace_version() -> Result<String> {
-    let manifest = std::fs::read_to_string(root().join("Cargo.toml")).map_err(|e| format!("Cargo.toml: {e}"))?;
+    let manifest = std::fs::read_to_string(root().join("Cargo.toml"))
+        .map_err(|e| format!("Cargo.toml: {e}"))?;
     manifest
         .lines()
         .skip_while(|l| l.trim() != "[workspace.package]")
-        .find_map(|l| l.strip_prefix("version = \"").and_then(|v| v.strip_suffix('"')))
+        .find_map(|l| {
+            l.strip_prefix("version = \"")
+                .and_then(|v| v.strip_suffix('"'))
+        })
         .map(str::to_owned)
         .ok_or_else(|| "no version in [workspace.package]".to_owned())
 }
@@ -75,8 +79,10 @@ pub(crate) fn header() -> Result<String> {
     };
     config.enumeration.prefix_with_name = true;
     config.enumeration.rename_variants = cbindgen::RenameRule::ScreamingSnakeCase;
-    config.export.include =
-        ["libroute_role", "libroute_reason", "libroute_verdict"].iter().map(|s| (*s).to_owned()).collect();
+    config.export.include = ["libroute_role", "libroute_reason", "libroute_verdict"]
+        .iter()
+        .map(|s| (*s).to_owned())
+        .collect();
     let mut out = Vec::new();
     cbindgen::Builder::new()
         .with_crate(root().join("ffi"))
@@ -95,7 +101,9 @@ pub(crate) fn ensure_file_contents(path: &Path, contents: &str, check: bool) -> 
     }
     let shown = path.strip_prefix(root()).unwrap_or(path).display();
     if check {
-        return Err(format!("{shown} is stale: run `cargo xtask codegen` and commit the result"));
+        return Err(format!(
+            "{shown} is stale: run `cargo xtask codegen` and commit the result"
+        ));
     }
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
@@ -127,12 +135,17 @@ mod tests {
             let t = line.trim();
             let declares = t.starts_with("typedef ")
                 || t.starts_with("#define LIBROUTE_")
-                || (t.ends_with(';') && !t.starts_with('}') && !t.starts_with("//") && !t.starts_with('*'))
+                || (t.ends_with(';')
+                    && !t.starts_with('}')
+                    && !t.starts_with("//")
+                    && !t.starts_with('*'))
                 || (t.starts_with("LIBROUTE_") && t.ends_with(','));
-            let continuation = i > 0 && !lines[i - 1].trim().ends_with(';') && lines[i - 1].trim().ends_with(',');
+            let continuation =
+                i > 0 && !lines[i - 1].trim().ends_with(';') && lines[i - 1].trim().ends_with(',');
             // cbindgen's enum aliases sit under `#if`/`#else` right after their documented enum;
             // the include guard is not an item.
-            let enum_alias = t.starts_with("typedef ") && i > 0 && lines[i - 1].trim().starts_with('#');
+            let enum_alias =
+                t.starts_with("typedef ") && i > 0 && lines[i - 1].trim().starts_with('#');
             let guard = t == "#define LIBROUTE_H";
             if enum_alias || guard {
                 continue;
@@ -144,7 +157,11 @@ mod tests {
                 }
             }
         }
-        assert!(undocumented.is_empty(), "undocumented header items:\n{}", undocumented.join("\n"));
+        assert!(
+            undocumented.is_empty(),
+            "undocumented header items:\n{}",
+            undocumented.join("\n")
+        );
     }
 
     #[test]
@@ -152,7 +169,8 @@ mod tests {
         let header = std::fs::read_to_string(super::header_path()).unwrap();
         let version = super::workspace_version().unwrap();
         assert!(header.contains(&format!("#define LIBROUTE_VERSION \"{version}\"")));
-        let [major, minor, patch]: [&str; 3] = version.split('.').collect::<Vec<_>>().try_into().unwrap();
+        let [major, minor, patch]: [&str; 3] =
+            version.split('.').collect::<Vec<_>>().try_into().unwrap();
         assert!(header.contains(&format!("#define LIBROUTE_VERSION_MAJOR {major}\n")));
         assert!(header.contains(&format!("#define LIBROUTE_VERSION_MINOR {minor}\n")));
         assert!(header.contains(&format!("#define LIBROUTE_VERSION_PATCH {patch}\n")));

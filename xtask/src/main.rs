@@ -19,6 +19,7 @@
 #![allow(clippy::doc_markdown, reason = "tool names in prose")]
 
 mod codegen;
+mod native;
 mod scenarios;
 
 /// One named step of `cargo xtask ci`.
@@ -40,7 +41,22 @@ const BARE_METAL: &str = "thumbv7em-none-eabihf";
 const MSRV: &str = "1.85.0";
 
 /// Crates `cargo package` must be able to publish.
-const PUBLISHABLE: &[&str] = &["libroute-core"];
+const PUBLISHABLE: &[(&str, &[&str])] = &[
+    (
+        "libroute-core",
+        &["README.md", "LICENSE-MIT", "LICENSE-APACHE", "src/lib.rs"],
+    ),
+    (
+        "libroute-ffi",
+        &[
+            "README.md",
+            "LICENSE-MIT",
+            "LICENSE-APACHE",
+            "src/lib.rs",
+            "include/libroute.h",
+        ],
+    ),
+];
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -53,6 +69,12 @@ fn main() -> ExitCode {
             _ => Err("usage: cargo xtask codegen [--check]".to_owned()),
         },
         Some("check") => check(),
+        Some("dist") => match &args[1..] {
+            [flag, prefix] if flag == "--prefix" => native::dist(Path::new(prefix)),
+            _ => Err("usage: cargo xtask dist --prefix DIR".to_owned()),
+        },
+        Some("c-tests") => native::c_tests(),
+        Some("consumers") => native::consumers(),
         Some("package") => package(),
         Some("fuzz") => parse_time(&args[1..]).and_then(fuzz),
         Some("bench") => cargo(&["bench", "-p", "libroute-benches"]),
@@ -74,7 +96,7 @@ pub(crate) fn root() -> PathBuf {
         .to_path_buf()
 }
 
-fn run(cmd: &mut Command) -> Result {
+pub(crate) fn run(cmd: &mut Command) -> Result {
     eprintln!("$ {}", describe(cmd));
     let status = cmd
         .status()
@@ -95,7 +117,7 @@ fn describe(cmd: &Command) -> String {
     s
 }
 
-fn cargo(args: &[&str]) -> Result {
+pub(crate) fn cargo(args: &[&str]) -> Result {
     run(Command::new(env!("CARGO")).args(args).current_dir(root()))
 }
 
@@ -127,7 +149,7 @@ fn run_scenarios(paths: &[String]) -> Result {
     }
 }
 
-fn corpus_files() -> Result<Vec<PathBuf>> {
+pub(crate) fn corpus_files() -> Result<Vec<PathBuf>> {
     let dir = root().join("testdata/scenarios");
     let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
         .map_err(|e| format!("{}: {e}", dir.display()))?
@@ -206,7 +228,7 @@ fn package() -> Result {
         args.extend(["--exclude", excluded]);
     }
     cargo(&args)?;
-    for krate in PUBLISHABLE {
+    for (krate, files) in PUBLISHABLE {
         let out = Command::new(env!("CARGO"))
             .args(["package", "--list", "--allow-dirty", "-p", krate])
             .current_dir(root())
@@ -219,8 +241,8 @@ fn package() -> Result {
             ));
         }
         let list = String::from_utf8_lossy(&out.stdout);
-        for required in ["README.md", "LICENSE-MIT", "LICENSE-APACHE", "src/lib.rs"] {
-            if !list.lines().any(|l| l == required) {
+        for required in *files {
+            if !list.lines().any(|l| l == *required) {
                 return Err(format!("{krate} would be published without {required}"));
             }
         }
@@ -282,6 +304,22 @@ fn fuzz(seconds: u64) -> Result {
         run(&mut cmd)?;
     }
     Ok(())
+}
+
+/// Runs the ffi crate's Rust-side tests of the extern functions under Miri (nightly).
+fn miri() -> Result {
+    run(Command::new("rustup").args([
+        "component",
+        "add",
+        "rust-src",
+        "miri",
+        "--toolchain",
+        "nightly",
+    ]))
+    .map_err(|e| format!("cannot add Miri to the nightly toolchain: {e}"))?;
+    run(Command::new("cargo")
+        .args(["+nightly", "miri", "test", "-p", "libroute-ffi", "--lib"])
+        .current_dir(root()))
 }
 
 /// Installs `MSRV` if rustup can, and checks the core and xtask build with it.
@@ -380,6 +418,15 @@ fn ci() -> Result {
                 )
             }),
         ),
+        (
+            "C and C++ tests (ASan + UBSan, valgrind)",
+            Box::new(native::c_tests),
+        ),
+        (
+            "install, pkg-config and CMake consumers",
+            Box::new(native::consumers),
+        ),
+        ("Miri (ffi extern functions)", Box::new(miri)),
         ("no_std proofs", Box::new(check)),
         ("MSRV", Box::new(msrv)),
         ("package", Box::new(package)),

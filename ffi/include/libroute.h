@@ -1,0 +1,1 @@
+../../bindings/c/include/libroute.h
