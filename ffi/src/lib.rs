@@ -37,10 +37,10 @@ use std::ffi::{c_char, c_void};
 use std::mem::{align_of, offset_of, size_of};
 
 use libroute_core::{
-    BlockRange, Candidates, ComponentError, DefaultCost, DefaultPicker, DefaultPolicyConfig,
-    Filter, Filters, Leg, MAX_SCORERS, PickReason, Policy, PreferredTaint, Request, RequestView,
-    Role, Row, RowView, Scorer, Scorers, SelectError, Selection, Selector, SharedHits, Taint,
-    TaintSet, Verdict, WorkerInputs, WorkerKey,
+    BlockRange, Candidates, ComponentError, DefaultCost, DefaultPicker, DefaultPolicy,
+    DefaultPolicyConfig, Filter, Filters, Leg, MAX_SCORERS, PickReason, Policy, PreferredTaint,
+    Request, RequestView, Role, Row, RowView, Scorer, Scorers, SelectError, Selection, Selector,
+    SharedHits, Taint, TaintSet, Verdict, WorkerInputs, WorkerKey,
 };
 pub use status::libroute_status;
 use status::{boundary, fail, with_last_error};
@@ -475,7 +475,43 @@ impl Scorers for AbiScorers {
     }
 }
 
-type AbiPolicy = Policy<AbiFilters, AbiScorers, DefaultPicker>;
+/// A policy with custom C components.
+type ComposedPolicy = Policy<AbiFilters, AbiScorers, DefaultPicker>;
+
+/// The policy behind a handle: the plain default policy keeps the core's monomorphized type (the
+/// same machine code as a Rust caller's), a policy with callbacks is composed dynamically.
+enum AbiPolicy {
+    Default(DefaultPolicy),
+    Composed(ComposedPolicy),
+}
+
+impl AbiPolicy {
+    fn scorer_count(&self) -> usize {
+        match self {
+            AbiPolicy::Default(p) => p.scorers().len(),
+            AbiPolicy::Composed(p) => p.scorers().len(),
+        }
+    }
+
+    fn inputs(&self, leg: Leg) -> WorkerInputs {
+        match self {
+            AbiPolicy::Default(p) => p.inputs(leg),
+            AbiPolicy::Composed(p) => p.inputs(leg),
+        }
+    }
+
+    fn select<const N: usize>(
+        &self,
+        selector: &mut Selector<N>,
+        request: &Request<'_>,
+        rows: &[Row],
+    ) -> Result<Selection, SelectError> {
+        match self {
+            AbiPolicy::Default(p) => p.select(selector, request, rows),
+            AbiPolicy::Composed(p) => p.select(selector, request, rows),
+        }
+    }
+}
 
 /// An immutable policy: the default cost and picker configured by JSON, plus any custom filters
 /// and scorers. Create with `libroute_policy_new` or `libroute_policy_new_default`; free with
@@ -604,6 +640,12 @@ unsafe fn build_policy(
             "scorers is NULL with a non-zero length",
         )
     })?;
+    if filters.is_empty() && scorers.is_empty() {
+        return knobs
+            .build()
+            .map(|p| Box::new(AbiPolicy::Default(p)))
+            .map_err(|e| fail((&e).into(), e));
+    }
     if 1 + scorers.len() > MAX_SCORERS {
         return Err(fail(
             libroute_status::TooManyComponents,
@@ -659,7 +701,7 @@ unsafe fn build_policy(
     )
     .map_err(|e| fail(libroute_status::TooManyComponents, e))?
     .with_seed(knobs.seed);
-    Ok(Box::new(policy))
+    Ok(Box::new(AbiPolicy::Composed(policy)))
 }
 
 /// Creates the default policy from JSON configuration: an object of the default policy's knobs
@@ -961,7 +1003,7 @@ pub unsafe extern "C" fn libroute_select(
                 "rows is NULL with a non-zero length",
             );
         };
-        let scorers = policy.scorers().len();
+        let scorers = policy.scorer_count();
         if !contributions.is_null() && contributions_len < scorers {
             return fail(
                 libroute_status::BufferTooSmall,
@@ -980,12 +1022,19 @@ pub unsafe extern "C" fn libroute_select(
                 ),
             );
         }
-        let mut preferred = [PreferredTaint {
-            taint: Taint::default(),
-            weight: 0.0,
-        }; 64];
+        // Storage for converted preferred taints, initialized only when the request has some.
+        let mut storage;
+        let preferred: &mut [PreferredTaint] = if request.preferred_taints_len == 0 {
+            &mut []
+        } else {
+            storage = [PreferredTaint {
+                taint: Taint::default(),
+                weight: 0.0,
+            }; 64];
+            &mut storage
+        };
         // SAFETY: the request's arrays are valid for their lengths by contract.
-        let core_request = match unsafe { core_request(request, &mut preferred) } {
+        let core_request = match unsafe { core_request(request, preferred) } {
             Ok(r) => r,
             Err(s) => return s,
         };
@@ -1011,14 +1060,14 @@ pub unsafe extern "C" fn libroute_select(
 }
 
 /// Converts a C request into the core's, checking every field; the converted preferred taints
-/// live in `preferred`.
+/// live in `preferred`, which holds 64 entries whenever the request has any.
 ///
 /// # Safety
 ///
 /// The request's `preferred_taints` and `shared_hits` must be valid for their lengths.
 unsafe fn core_request<'a>(
     request: &'a libroute_request,
-    preferred: &'a mut [PreferredTaint; 64],
+    preferred: &'a mut [PreferredTaint],
 ) -> Result<Request<'a>, libroute_status> {
     let role = role(request.role)?;
     let track = flag(request.track_prefill_tokens, "track_prefill_tokens")?;
