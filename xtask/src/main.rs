@@ -383,6 +383,10 @@ fn ci() -> Result {
             }),
         ),
         (
+            "codegen --check (header is fresh)",
+            Box::new(|| codegen::codegen(true)),
+        ),
+        (
             "tests",
             Box::new(|| cargo(&["test", "--workspace", "--all-targets"])),
         ),
