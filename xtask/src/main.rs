@@ -121,7 +121,7 @@ pub(crate) fn cargo(args: &[&str]) -> Result {
     run(Command::new(env!("CARGO")).args(args).current_dir(root()))
 }
 
-fn succeeds(cmd: &mut Command) -> bool {
+pub(crate) fn succeeds(cmd: &mut Command) -> bool {
     cmd.stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .status()
@@ -308,6 +308,18 @@ fn fuzz(seconds: u64) -> Result {
 
 /// Runs the ffi crate's Rust-side tests of the extern functions under Miri (nightly).
 fn miri() -> Result {
+    if !succeeds(Command::new("rustup").args(["run", "nightly", "rustc", "--version"])) {
+        run(Command::new("rustup").args([
+            "toolchain",
+            "install",
+            "nightly",
+            "--profile",
+            "minimal",
+        ]))
+        .map_err(|e| {
+            format!("Miri needs a nightly toolchain, which could not be installed: {e}")
+        })?;
+    }
     run(Command::new("rustup").args([
         "component",
         "add",

@@ -26,6 +26,21 @@ fn write(path: &Path, text: &str) -> Result {
     std::fs::write(path, text).map_err(|e| format!("{}: {e}", path.display()))
 }
 
+/// Makes sure `tool` is on PATH, installing Debian package `package` (as CI runs as root) if not.
+pub(crate) fn ensure_tool(tool: &str, package: &str) -> Result {
+    if crate::succeeds(
+        Command::new("sh")
+            .arg("-c")
+            .arg(format!("command -v {tool}")),
+    ) {
+        return Ok(());
+    }
+    eprintln!("{tool} is missing: installing the Debian package {package}");
+    run(Command::new("apt-get").arg("update"))?;
+    run(Command::new("apt-get").args(["install", "-y", "--no-install-recommends", package]))
+        .map_err(|e| format!("{tool} is needed and could not be installed: {e}"))
+}
+
 /// Lays out an installable prefix: `include/libroute.h`, `lib/libroute.{a,so}`,
 /// `lib/pkgconfig/libroute.pc` and `lib/cmake/libroute/`.
 pub(crate) fn dist(prefix: &Path) -> Result {
@@ -186,6 +201,9 @@ fn compile(program: &Program, extra: &[&str], output: &Path) -> Result {
 /// Builds every C and C++ test program twice: with ASan + UBSan (and LeakSanitizer) and run;
 /// without, and run under valgrind with leak checking. Any error fails.
 pub(crate) fn c_tests() -> Result {
+    for (tool, package) in [("gcc", "gcc"), ("g++", "g++"), ("valgrind", "valgrind")] {
+        ensure_tool(tool, package)?;
+    }
     cargo(&["build", "-p", "libroute-ffi"])?;
     let root = root();
     let out = root.join("target/c-tests");
@@ -225,6 +243,13 @@ pub(crate) fn c_tests() -> Result {
 /// Installs into a scratch prefix, then builds the README example against it three ways:
 /// pkg-config (shared), pkg-config --static, and CMake's find_package (shared and static).
 pub(crate) fn consumers() -> Result {
+    for (tool, package) in [
+        ("pkg-config", "pkg-config"),
+        ("cmake", "cmake"),
+        ("make", "make"),
+    ] {
+        ensure_tool(tool, package)?;
+    }
     let root = root();
     let prefix = root.join("target/dist-prefix");
     let _ = std::fs::remove_dir_all(&prefix);
