@@ -88,10 +88,12 @@ extern crate std;
 mod component;
 mod config;
 mod default;
+mod index;
 mod inputs;
 mod math;
 mod policy;
 pub mod rng;
+mod table;
 mod types;
 
 pub use component::{
@@ -99,9 +101,14 @@ pub use component::{
 };
 pub use config::{ConfigError, DefaultKnobs, DefaultPolicyConfig, Knob, Problem};
 pub use default::{DefaultCost, DefaultPicker, DefaultPolicy};
+pub use index::{
+    BlockEntry, BlockSlot, IndexCounters, IndexError, KvEvent, Overlaps, PrefixIndex, Tier,
+    WorkerSlot,
+};
 pub use inputs::{Candidates, RequestView, RowView, WorkerInputs};
 pub use policy::{MAX_SCORERS, Policy, PolicyError, SelectError, Selection, Selector};
 pub use rng::{RandomSource, WyRand};
+pub use table::{Slot, StorageError, TableKey};
 pub use types::{
     BlockRange, Cache, Label, Leg, Load, PreferredTaint, Request, RequestError, Role, Row,
     RowField, RowFlags, SharedHits, Taint, TaintSet, WorkerKey,

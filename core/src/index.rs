@@ -1,0 +1,649 @@
+//! The prefix-overlap index: which workers hold which KV blocks, in which tier, fed by KV-cache
+//! events; and, for a request's block hashes, how many leading blocks each worker holds.
+//!
+//! # Model
+//!
+//! A block is a chained 64-bit hash: it names the whole prefix up to and including it, so a block
+//! is looked up by its hash alone (the parent a KV event carries is not needed). A worker's
+//! matched prefix for a request is the longest run of the request's leading blocks it holds in
+//! any tier; each block of that run counts toward the fastest tier holding it (device, then host,
+//! then disk). So `device + host + disk` is the matched prefix length, and the accounting estimate
+//! is `E_blocks = device + host_w*host + disk_w*disk` (spec section 2).
+//!
+//! # Storage and capacity
+//!
+//! All memory is given at construction (an array, or a boxed slice a host allocates once); nothing
+//! allocates afterwards. Workers get one bit each in a per-block mask of `WORDS` 64-bit words, so
+//! an index tracks up to `64 * WORDS` workers. The block table holds 7/8 of its slots.
+//!
+//! **When the block table is full**, storing a new block evicts the least recently stored block
+//! (every worker's copy of it, in every tier), and `evictions` counts it. Re-storing a block
+//! refreshes it. Queries do not refresh: they take `&self`. An event for a worker beyond the
+//! worker capacity is refused with [`IndexError::WorkersFull`] and counted in `rejected_events`;
+//! removals for unknown workers or blocks are ignored and counted in `ignored_events`.
+
+use core::fmt;
+
+use crate::table::{Slot, StorageError, Table};
+use crate::types::{Cache, Row, RowFlags, WorkerKey};
+
+/// A KV-cache tier.
+#[repr(u32)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Tier {
+    /// GPU memory.
+    Device = 0,
+    /// Host (CPU) memory.
+    Host = 1,
+    /// Local disk.
+    Disk = 2,
+}
+
+impl Tier {
+    /// Every tier, fastest first.
+    pub const ALL: [Tier; 3] = [Tier::Device, Tier::Host, Tier::Disk];
+
+    /// The tier with this value, `None` for any other.
+    #[must_use]
+    pub const fn from_u32(value: u32) -> Option<Self> {
+        match value {
+            0 => Some(Tier::Device),
+            1 => Some(Tier::Host),
+            2 => Some(Tier::Disk),
+            _ => None,
+        }
+    }
+}
+
+const NIL: u32 = u32::MAX;
+
+/// One block of the index: which workers hold it in each tier, and its place in the
+/// least-recently-stored list.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct BlockEntry<const WORDS: usize> {
+    held: [[u64; WORDS]; 3],
+    newer: u32,
+    older: u32,
+}
+
+impl<const WORDS: usize> Default for BlockEntry<WORDS> {
+    fn default() -> Self {
+        Self {
+            held: [[0; WORDS]; 3],
+            newer: NIL,
+            older: NIL,
+        }
+    }
+}
+
+impl<const WORDS: usize> fmt::Debug for BlockEntry<WORDS> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("BlockEntry")
+            .field("held", &self.held)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<const WORDS: usize> BlockEntry<WORDS> {
+    fn is_empty(&self) -> bool {
+        self.held.iter().flatten().all(|w| *w == 0)
+    }
+}
+
+/// A slot of the block table's storage.
+pub type BlockSlot<const WORDS: usize> = Slot<u64, BlockEntry<WORDS>>;
+/// A slot of the worker table's storage (worker key to bit position).
+pub type WorkerSlot = Slot<WorkerKey, u32>;
+
+/// What an index has done, for hosts to export as metrics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct IndexCounters {
+    /// Blocks held now.
+    pub blocks: usize,
+    /// Workers known now.
+    pub workers: usize,
+    /// Blocks evicted to make room.
+    pub evictions: u64,
+    /// Events refused (worker capacity exceeded).
+    pub rejected_events: u64,
+    /// Removals of unknown blocks or for unknown workers, ignored.
+    pub ignored_events: u64,
+}
+
+/// Why an index refused an event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum IndexError {
+    /// Every worker bit is taken; the event's worker is new.
+    WorkersFull {
+        /// The worker that did not fit.
+        worker: WorkerKey,
+        /// The index's worker capacity.
+        capacity: usize,
+    },
+}
+
+impl fmt::Display for IndexError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            IndexError::WorkersFull { worker, capacity } => {
+                write!(
+                    f,
+                    "worker {worker} does not fit: the index tracks at most {capacity} workers"
+                )
+            }
+        }
+    }
+}
+
+impl core::error::Error for IndexError {}
+
+/// A KV-cache event, as workers report them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KvEvent<'a> {
+    /// The worker stored these blocks in `tier`.
+    Stored {
+        /// The worker.
+        worker: WorkerKey,
+        /// Where.
+        tier: Tier,
+        /// Chained block hashes.
+        hashes: &'a [u64],
+    },
+    /// The worker removed these blocks from `tier`.
+    Removed {
+        /// The worker.
+        worker: WorkerKey,
+        /// From where.
+        tier: Tier,
+        /// Chained block hashes.
+        hashes: &'a [u64],
+    },
+    /// The worker dropped everything it cached (it stays known).
+    Cleared {
+        /// The worker.
+        worker: WorkerKey,
+    },
+    /// The worker left: its blocks are dropped and its bit is freed.
+    WorkerRemoved {
+        /// The worker.
+        worker: WorkerKey,
+    },
+}
+
+/// Vertical (bit-sliced) counters: bit `w` of plane `p` is bit `p` of worker `w`'s count, so
+/// adding one to every worker in a mask is a ripple carry over a few words.
+const PLANES: usize = 32;
+
+/// Per-worker overlap counts of one query, per tier: the caller-owned scratch of
+/// [`PrefixIndex::query`].
+#[derive(Clone)]
+pub struct Overlaps<const WORDS: usize> {
+    planes: [[[u64; WORDS]; PLANES]; 3],
+    /// Highest plane any counter reached, per tier (planes above it are zero).
+    top: [usize; 3],
+    has_tier_matches: bool,
+    matched: usize,
+}
+
+impl<const WORDS: usize> fmt::Debug for Overlaps<WORDS> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Overlaps")
+            .field("has_tier_matches", &self.has_tier_matches)
+            .field("matched", &self.matched)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<const WORDS: usize> Default for Overlaps<WORDS> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<const WORDS: usize> Overlaps<WORDS> {
+    /// Empty scratch.
+    #[must_use]
+    pub const fn new() -> Self {
+        Self {
+            planes: [[[0; WORDS]; PLANES]; 3],
+            top: [0; 3],
+            has_tier_matches: false,
+            matched: 0,
+        }
+    }
+
+    /// Whether any worker held the request's first block in any tier (the request "has tier
+    /// matches", even if that worker is not a candidate).
+    #[must_use]
+    pub const fn has_tier_matches(&self) -> bool {
+        self.has_tier_matches
+    }
+
+    /// The longest prefix any worker holds, in blocks.
+    #[must_use]
+    pub const fn longest(&self) -> usize {
+        self.matched
+    }
+
+    fn reset(&mut self) {
+        for (t, planes) in self.planes.iter_mut().enumerate() {
+            for plane in &mut planes[..=self.top[t]] {
+                *plane = [0; WORDS];
+            }
+        }
+        self.top = [0; 3];
+        self.has_tier_matches = false;
+        self.matched = 0;
+    }
+
+    /// Adds one to the count of every worker in `mask`, for `tier`.
+    #[inline]
+    fn add(&mut self, tier: usize, mask: &[u64; WORDS]) {
+        for (w, &bits) in mask.iter().enumerate() {
+            let mut carry = bits;
+            let mut p = 0;
+            while carry != 0 && p < PLANES {
+                let plane = &mut self.planes[tier][p][w];
+                let sum = *plane ^ carry;
+                carry &= *plane;
+                *plane = sum;
+                p += 1;
+            }
+            if p > 0 && p - 1 > self.top[tier] {
+                self.top[tier] = p - 1;
+            }
+        }
+    }
+
+    /// The count of worker bit `bit` for `tier`.
+    #[inline]
+    fn count(&self, tier: usize, bit: u32) -> u32 {
+        let (word, shift) = ((bit / 64) as usize, bit % 64);
+        let mut n = 0;
+        for p in 0..=self.top[tier] {
+            n |= u32::try_from((self.planes[tier][p][word] >> shift) & 1).unwrap_or(0) << p;
+        }
+        n
+    }
+}
+
+/// The prefix-overlap index over caller storage: `B` holds the blocks, `W` the workers.
+///
+/// # Examples
+///
+/// ```
+/// use libroute_core::{BlockSlot, KvEvent, Overlaps, PrefixIndex, Row, Slot, Tier, WorkerKey, WorkerSlot};
+///
+/// let mut index = PrefixIndex::<_, _, 1>::new([BlockSlot::<1>::empty(); 64], [WorkerSlot::empty(); 128]).unwrap();
+/// let (a, b) = (WorkerKey::new(1, 0), WorkerKey::new(2, 0));
+/// index.apply(&KvEvent::Stored { worker: a, tier: Tier::Device, hashes: &[11, 12, 13] }).unwrap();
+/// index.apply(&KvEvent::Stored { worker: b, tier: Tier::Host, hashes: &[11] }).unwrap();
+///
+/// let mut overlaps = Overlaps::<1>::new();
+/// index.query(&[11, 12, 99], &mut overlaps);
+/// let mut rows = [Row::new(a), Row::new(b), Row::new(WorkerKey::new(3, 0))];
+/// index.fill_rows(&overlaps, &mut rows, 0.75, 0.25, 16);
+/// assert_eq!(rows[0].cache().device_blocks, 2);
+/// assert_eq!(rows[1].cache().host_blocks, 1);
+/// assert_eq!(rows[1].cache().effective_blocks, 0.75);
+/// assert!(overlaps.has_tier_matches());
+/// ```
+pub struct PrefixIndex<B, W, const WORDS: usize> {
+    blocks: Table<u64, BlockEntry<WORDS>, B>,
+    workers: Table<WorkerKey, u32, W>,
+    used_bits: [u64; WORDS],
+    newest: u32,
+    oldest: u32,
+    counters: IndexCounters,
+}
+
+impl<B, W, const WORDS: usize> fmt::Debug for PrefixIndex<B, W, WORDS> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PrefixIndex")
+            .field("counters", &self.counters)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<B, W, const WORDS: usize> PrefixIndex<B, W, WORDS>
+where
+    B: AsRef<[BlockSlot<WORDS>]> + AsMut<[BlockSlot<WORDS>]>,
+    W: AsRef<[WorkerSlot]> + AsMut<[WorkerSlot]>,
+{
+    /// An empty index over `blocks` (a power-of-two slot count of at least 8; 7/8 usable) and
+    /// `workers` (a power of two of at least `128 * WORDS` slots).
+    ///
+    /// # Errors
+    ///
+    /// [`StorageError`] for a slot count that does not fit.
+    pub fn new(blocks: B, workers: W) -> Result<Self, StorageError> {
+        const {
+            assert!(
+                WORDS > 0,
+                "an index needs at least one word (64 workers) of worker bits"
+            )
+        };
+        let workers_len = workers.as_ref().len();
+        if workers_len < 128 * WORDS {
+            return Err(StorageError::SlotCount { slots: workers_len });
+        }
+        Ok(Self {
+            blocks: Table::new(blocks)?,
+            workers: Table::new(workers)?,
+            used_bits: [0; WORDS],
+            newest: NIL,
+            oldest: NIL,
+            counters: IndexCounters::default(),
+        })
+    }
+
+    /// Most workers this index tracks.
+    #[must_use]
+    pub const fn worker_capacity(&self) -> usize {
+        64 * WORDS
+    }
+
+    /// Most blocks this index holds before it evicts.
+    #[must_use]
+    pub fn block_capacity(&self) -> usize {
+        self.blocks.capacity()
+    }
+
+    /// The counters, with the current block and worker counts.
+    #[must_use]
+    pub fn counters(&self) -> IndexCounters {
+        IndexCounters {
+            blocks: self.blocks.len(),
+            workers: self.workers.len(),
+            ..self.counters
+        }
+    }
+
+    /// Applies one KV event.
+    ///
+    /// # Errors
+    ///
+    /// [`IndexError::WorkersFull`] for a `Stored` event of a new worker when every worker bit is
+    /// taken; the event changes nothing.
+    pub fn apply(&mut self, event: &KvEvent<'_>) -> Result<(), IndexError> {
+        match *event {
+            KvEvent::Stored {
+                worker,
+                tier,
+                hashes,
+            } => self.store(worker, tier, hashes),
+            KvEvent::Removed {
+                worker,
+                tier,
+                hashes,
+            } => {
+                self.remove(worker, tier, hashes);
+                Ok(())
+            }
+            KvEvent::Cleared { worker } => {
+                self.clear(worker, false);
+                Ok(())
+            }
+            KvEvent::WorkerRemoved { worker } => {
+                self.clear(worker, true);
+                Ok(())
+            }
+        }
+    }
+
+    fn bit_of(&self, worker: WorkerKey) -> Option<u32> {
+        self.workers.find(worker).map(|i| *self.workers.value(i))
+    }
+
+    fn store(&mut self, worker: WorkerKey, tier: Tier, hashes: &[u64]) -> Result<(), IndexError> {
+        let bit = match self.bit_of(worker) {
+            Some(bit) => bit,
+            None => {
+                let free = self
+                    .used_bits
+                    .iter()
+                    .enumerate()
+                    .find(|(_, w)| **w != u64::MAX);
+                let Some((word, bits)) = free else {
+                    self.counters.rejected_events += 1;
+                    return Err(IndexError::WorkersFull {
+                        worker,
+                        capacity: 64 * WORDS,
+                    });
+                };
+                #[allow(
+                    clippy::cast_possible_truncation,
+                    reason = "word < WORDS, a small array length"
+                )]
+                let bit = word as u32 * 64 + bits.trailing_ones();
+                if self.workers.insert(worker, bit).is_err() {
+                    // Cannot happen: the worker table has twice as many slots as worker bits.
+                    self.counters.rejected_events += 1;
+                    return Err(IndexError::WorkersFull {
+                        worker,
+                        capacity: 64 * WORDS,
+                    });
+                }
+                self.used_bits[word] |= 1 << bits.trailing_ones();
+                bit
+            }
+        };
+        let (word, mask) = ((bit / 64) as usize, 1u64 << (bit % 64));
+        for &hash in hashes {
+            let i = match self.blocks.find(hash) {
+                Some(i) => {
+                    self.unlink(i);
+                    i
+                }
+                None => {
+                    if self.blocks.len() >= self.blocks.capacity() {
+                        self.evict_oldest();
+                    }
+                    match self.blocks.insert(hash, BlockEntry::default()) {
+                        Ok(i) => i,
+                        Err(_) => continue, // unreachable: eviction made room
+                    }
+                }
+            };
+            self.blocks.value_mut(i).held[tier as usize][word] |= mask;
+            self.link_newest(i);
+        }
+        Ok(())
+    }
+
+    fn remove(&mut self, worker: WorkerKey, tier: Tier, hashes: &[u64]) {
+        let Some(bit) = self.bit_of(worker) else {
+            self.counters.ignored_events += 1;
+            return;
+        };
+        let (word, mask) = ((bit / 64) as usize, 1u64 << (bit % 64));
+        for &hash in hashes {
+            let Some(i) = self.blocks.find(hash) else {
+                self.counters.ignored_events += 1;
+                continue;
+            };
+            let entry = self.blocks.value_mut(i);
+            entry.held[tier as usize][word] &= !mask;
+            if entry.is_empty() {
+                self.delete(i);
+            }
+        }
+    }
+
+    /// Drops every block of `worker`; with `forget`, frees its bit too.
+    fn clear(&mut self, worker: WorkerKey, forget: bool) {
+        let Some(bit) = self.bit_of(worker) else {
+            self.counters.ignored_events += 1;
+            return;
+        };
+        let (word, mask) = ((bit / 64) as usize, 1u64 << (bit % 64));
+        let mut i = 0;
+        while i < self.blocks.slot_count() {
+            if self.blocks.is_used(i) {
+                let entry = self.blocks.value_mut(i);
+                for tier in &mut entry.held {
+                    tier[word] &= !mask;
+                }
+                if entry.is_empty() {
+                    // Backward shift may move a later (unvisited) entry into slot i: look again.
+                    self.delete(i);
+                    continue;
+                }
+            }
+            i += 1;
+        }
+        if forget {
+            if let Some(i) = self.workers.find(worker) {
+                self.workers.remove_at(i, |_, _, _| {});
+            }
+            self.used_bits[word] &= !mask;
+        }
+    }
+
+    fn evict_oldest(&mut self) {
+        if self.oldest != NIL {
+            self.delete(self.oldest as usize);
+            self.counters.evictions += 1;
+        }
+    }
+
+    /// Removes slot `i` from the recency list.
+    fn unlink(&mut self, i: usize) {
+        let BlockEntry { newer, older, .. } = *self.blocks.value(i);
+        if newer == NIL {
+            self.newest = older;
+        } else {
+            self.blocks.value_mut(newer as usize).older = older;
+        }
+        if older == NIL {
+            self.oldest = newer;
+        } else {
+            self.blocks.value_mut(older as usize).newer = newer;
+        }
+    }
+
+    /// Puts slot `i` at the newest end of the recency list.
+    fn link_newest(&mut self, i: usize) {
+        #[allow(
+            clippy::cast_possible_truncation,
+            reason = "slot counts are at most 2^31"
+        )]
+        let i32 = i as u32;
+        let entry = self.blocks.value_mut(i);
+        entry.newer = NIL;
+        entry.older = self.newest;
+        if self.newest == NIL {
+            self.oldest = i32;
+        } else {
+            self.blocks.value_mut(self.newest as usize).newer = i32;
+        }
+        self.newest = i32;
+    }
+
+    /// Deletes the block at slot `i`, keeping the recency list intact across the table's shifts.
+    fn delete(&mut self, i: usize) {
+        self.unlink(i);
+        let (newest, oldest) = (&mut self.newest, &mut self.oldest);
+        self.blocks.remove_at(i, |table, from, to| {
+            #[allow(
+                clippy::cast_possible_truncation,
+                reason = "slot counts are at most 2^31"
+            )]
+            let (from, to) = (from as u32, to as u32);
+            let BlockEntry { newer, older, .. } = *table.value(to as usize);
+            if newer == NIL {
+                debug_assert_eq!(*newest, from);
+                *newest = to;
+            } else {
+                table.value_mut(newer as usize).older = to;
+            }
+            if older == NIL {
+                debug_assert_eq!(*oldest, from);
+                *oldest = to;
+            } else {
+                table.value_mut(older as usize).newer = to;
+            }
+        });
+    }
+
+    /// Counts, for every worker, the leading blocks of `hashes` it holds, per tier, into `out`.
+    pub fn query(&self, hashes: &[u64], out: &mut Overlaps<WORDS>) {
+        out.reset();
+        let mut active = [u64::MAX; WORDS];
+        for (n, &hash) in hashes.iter().enumerate() {
+            let Some(i) = self.blocks.find(hash) else {
+                break;
+            };
+            let held = &self.blocks.value(i).held;
+            let mut any = 0;
+            let (mut device, mut host, mut disk) = ([0; WORDS], [0; WORDS], [0; WORDS]);
+            for w in 0..WORDS {
+                active[w] &= held[0][w] | held[1][w] | held[2][w];
+                device[w] = active[w] & held[0][w];
+                host[w] = active[w] & held[1][w] & !held[0][w];
+                disk[w] = active[w] & held[2][w] & !held[0][w] & !held[1][w];
+                any |= active[w];
+            }
+            if any == 0 {
+                break;
+            }
+            if n == 0 {
+                out.has_tier_matches = true;
+            }
+            out.matched = n + 1;
+            out.add(0, &device);
+            out.add(1, &host);
+            out.add(2, &disk);
+        }
+    }
+
+    /// The overlap `(device, host, disk)` of `worker` in `overlaps`, `None` for an unknown worker.
+    #[must_use]
+    pub fn overlap(&self, overlaps: &Overlaps<WORDS>, worker: WorkerKey) -> Option<[u32; 3]> {
+        let bit = self.bit_of(worker)?;
+        Some([
+            overlaps.count(0, bit),
+            overlaps.count(1, bit),
+            overlaps.count(2, bit),
+        ])
+    }
+
+    /// Writes each row's CACHE inputs from `overlaps`: the tier counts and the estimate
+    /// `E_blocks = device + host_weight*host + disk_weight*disk`, `E_tokens = round(E_blocks *
+    /// block_size)`. Rows of workers the index does not know get no cache entry.
+    pub fn fill_rows(
+        &self,
+        overlaps: &Overlaps<WORDS>,
+        rows: &mut [Row],
+        host_weight: f64,
+        disk_weight: f64,
+        block_size: u32,
+    ) {
+        for row in rows {
+            match self.overlap(overlaps, row.worker) {
+                Some([device, host, disk]) => {
+                    *row = row.with_cache(Cache::from_tiers(
+                        device,
+                        host,
+                        disk,
+                        host_weight,
+                        disk_weight,
+                        block_size,
+                    ));
+                }
+                None => {
+                    row.flags = RowFlags(row.flags.0 & !RowFlags::HAS_CACHE.0);
+                    *row = Row {
+                        device_blocks: 0,
+                        host_blocks: 0,
+                        disk_blocks: 0,
+                        effective_blocks: 0.0,
+                        effective_tokens: 0,
+                        ..*row
+                    };
+                }
+            }
+        }
+    }
+}

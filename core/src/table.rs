@@ -1,0 +1,300 @@
+//! A fixed-capacity hash table over caller-provided storage: open addressing, linear probing,
+//! backward-shift deletion (no tombstones, so lookups never slow down with churn).
+//!
+//! Storage is any `S: AsRef<[Slot<V>]> + AsMut<[Slot<V>]>`: an array for `no_std` statics, a
+//! `Box<[Slot<V>]>` or `Vec` on a host (built on the heap with `vec![Slot::EMPTY; n]`, so a large
+//! table never passes through the stack). The slot count must be a power of two; the table holds at
+//! most 7/8 of it, which keeps probe sequences short.
+
+use core::fmt;
+use core::marker::PhantomData;
+
+use crate::types::WorkerKey;
+
+/// A key of a [`Table`]: compared exactly, hashed to a slot position.
+pub trait TableKey: Copy + Eq + Default {
+    /// 64 well-mixed bits of the key.
+    fn hash64(&self) -> u64;
+}
+
+impl TableKey for u64 {
+    #[inline]
+    fn hash64(&self) -> u64 {
+        mix(*self)
+    }
+}
+
+impl TableKey for WorkerKey {
+    #[inline]
+    fn hash64(&self) -> u64 {
+        mix(self.worker_id ^ mix(u64::from(self.dp_rank) ^ 0x9e37_79b9))
+    }
+}
+
+/// One slot of a table's storage: unused, or a key and its value.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct Slot<K, V> {
+    key: K,
+    used: bool,
+    value: V,
+}
+
+impl<K: fmt::Debug, V: fmt::Debug> fmt::Debug for Slot<K, V> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.used {
+            write!(f, "Slot({:?} => {:?})", self.key, self.value)
+        } else {
+            f.write_str("Slot(empty)")
+        }
+    }
+}
+
+impl<K: TableKey, V: Copy + Default> Slot<K, V> {
+    /// An unused slot: what storage is filled with (`vec![Slot::empty(); n]`) before a table
+    /// takes it.
+    #[must_use]
+    pub fn empty() -> Self {
+        Self {
+            key: K::default(),
+            used: false,
+            value: V::default(),
+        }
+    }
+}
+
+/// Why storage cannot back a table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum StorageError {
+    /// The slot count is not a power of two of at least 8 (or exceeds `u32::MAX`).
+    SlotCount {
+        /// The slot count given.
+        slots: usize,
+    },
+}
+
+impl fmt::Display for StorageError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            StorageError::SlotCount { slots } => {
+                write!(
+                    f,
+                    "storage has {slots} slots; it needs a power of two between 8 and 2^31"
+                )
+            }
+        }
+    }
+}
+
+impl core::error::Error for StorageError {}
+
+/// The table is full (7/8 of its slots are used).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Full;
+
+/// Mixes a key into a slot position: keys are often small integers (request ids, the Mooncake
+/// trace's block ids), which would otherwise cluster.
+#[inline]
+pub(crate) fn mix(key: u64) -> u64 {
+    let z = (key ^ (key >> 33)).wrapping_mul(0xff51_afd7_ed55_8ccd);
+    z ^ (z >> 33)
+}
+
+/// A fixed-capacity map from `u64` keys to `V`.
+#[derive(Debug, Clone)]
+pub(crate) struct Table<K, V, S> {
+    slots: S,
+    len: usize,
+    kv: PhantomData<fn() -> (K, V)>,
+}
+
+impl<K, V, S> Table<K, V, S> {
+    /// The number of keys.
+    pub(crate) const fn len(&self) -> usize {
+        self.len
+    }
+}
+
+impl<K: TableKey, V: Copy + Default, S: AsRef<[Slot<K, V>]> + AsMut<[Slot<K, V>]>> Table<K, V, S> {
+    /// A table over `slots`, which are all reset to unused.
+    pub(crate) fn new(mut slots: S) -> Result<Self, StorageError> {
+        let n = slots.as_ref().len();
+        if n < 8 || !n.is_power_of_two() || n > 1 << 31 {
+            return Err(StorageError::SlotCount { slots: n });
+        }
+        slots.as_mut().fill(Slot::empty());
+        Ok(Self {
+            slots,
+            len: 0,
+            kv: PhantomData,
+        })
+    }
+
+    /// Most keys the table holds: 7/8 of the slots.
+    pub(crate) fn capacity(&self) -> usize {
+        self.slots.as_ref().len() / 8 * 7
+    }
+
+    #[inline]
+    fn home(&self, key: K) -> usize {
+        let mask = self.slots.as_ref().len() - 1;
+        #[allow(clippy::cast_possible_truncation, reason = "masked to the slot count")]
+        let home = key.hash64() as usize & mask;
+        home
+    }
+
+    /// The slot holding `key`.
+    #[inline]
+    pub(crate) fn find(&self, key: K) -> Option<usize> {
+        let slots = self.slots.as_ref();
+        let mask = slots.len() - 1;
+        let mut i = self.home(key);
+        loop {
+            let s = &slots[i];
+            if !s.used {
+                return None;
+            }
+            if s.key == key {
+                return Some(i);
+            }
+            i = (i + 1) & mask;
+        }
+    }
+
+    /// The value at slot `i`.
+    #[inline]
+    pub(crate) fn value(&self, i: usize) -> &V {
+        &self.slots.as_ref()[i].value
+    }
+
+    /// The value at slot `i`, mutably.
+    #[inline]
+    pub(crate) fn value_mut(&mut self, i: usize) -> &mut V {
+        &mut self.slots.as_mut()[i].value
+    }
+
+    /// The key at slot `i`.
+    #[inline]
+    pub(crate) fn key(&self, i: usize) -> K {
+        self.slots.as_ref()[i].key
+    }
+
+    /// Whether slot `i` holds a key.
+    #[inline]
+    pub(crate) fn is_used(&self, i: usize) -> bool {
+        self.slots.as_ref()[i].used
+    }
+
+    /// The number of slots.
+    pub(crate) fn slot_count(&self) -> usize {
+        self.slots.as_ref().len()
+    }
+
+    /// Inserts `key` (which must be absent) with `value`; returns its slot.
+    pub(crate) fn insert(&mut self, key: K, value: V) -> Result<usize, Full> {
+        if self.len >= self.capacity() {
+            return Err(Full);
+        }
+        let mask = self.slots.as_ref().len() - 1;
+        let mut i = self.home(key);
+        let slots = self.slots.as_mut();
+        while slots[i].used {
+            i = (i + 1) & mask;
+        }
+        slots[i] = Slot {
+            key,
+            used: true,
+            value,
+        };
+        self.len += 1;
+        Ok(i)
+    }
+
+    /// Removes the key at slot `i`, shifting later entries of its probe run back so no tombstone
+    /// is left. `moved(table, from, to)` is called for each entry that moves, after it moved, so
+    /// a caller that links slots by index can repair the links.
+    pub(crate) fn remove_at(&mut self, i: usize, mut moved: impl FnMut(&mut Self, usize, usize)) {
+        let mask = self.slots.as_ref().len() - 1;
+        let mut hole = i;
+        let mut j = i;
+        loop {
+            j = (j + 1) & mask;
+            if !self.slots.as_ref()[j].used {
+                break;
+            }
+            let home = self.home(self.slots.as_ref()[j].key);
+            // The entry at j may fill the hole if the hole lies on its probe path (home..=j).
+            let dist_hole = hole.wrapping_sub(home) & mask;
+            let dist_j = j.wrapping_sub(home) & mask;
+            if dist_hole <= dist_j {
+                let slots = self.slots.as_mut();
+                slots[hole] = slots[j];
+                moved(self, j, hole);
+                hole = j;
+            }
+        }
+        self.slots.as_mut()[hole] = Slot::empty();
+        self.len -= 1;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+    use std::vec;
+    use std::vec::Vec;
+
+    use super::*;
+
+    #[test]
+    fn storage_must_be_a_power_of_two() {
+        assert!(Table::new(vec![Slot::<u64, u32>::empty(); 12]).is_err());
+        assert!(Table::new(vec![Slot::<u64, u32>::empty(); 4]).is_err());
+        assert_eq!(
+            Table::new(vec![Slot::<u64, u32>::empty(); 16])
+                .unwrap()
+                .capacity(),
+            14
+        );
+    }
+
+    #[test]
+    fn matches_a_hash_map_under_churn() {
+        let mut t = Table::new(vec![Slot::<u64, u64>::empty(); 64]).unwrap();
+        let mut model: HashMap<u64, u64> = HashMap::new();
+        let mut rng = 12345u64;
+        for step in 0..20_000u64 {
+            rng = rng
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            let key = (rng >> 40) % 80; // small keys collide in the mixer's low bits too
+            match t.find(key) {
+                Some(i) if rng & 1 == 0 => {
+                    t.remove_at(i, |_, _, _| {});
+                    model.remove(&key);
+                }
+                Some(i) => {
+                    *t.value_mut(i) = step;
+                    model.insert(key, step);
+                }
+                None => {
+                    if t.insert(key, step).is_ok() {
+                        model.insert(key, step);
+                    } else {
+                        assert_eq!(model.len(), t.capacity());
+                    }
+                }
+            }
+            assert_eq!(t.len(), model.len());
+        }
+        for k in 0..80 {
+            assert_eq!(
+                t.find(k).map(|i| *t.value(i)),
+                model.get(&k).copied(),
+                "key {k}"
+            );
+        }
+        let used: Vec<usize> = (0..t.slot_count()).filter(|&i| t.is_used(i)).collect();
+        assert_eq!(used.len(), model.len());
+    }
+}

@@ -1,0 +1,263 @@
+//! The prefix index against a reference model written with hash maps, on long random event
+//! streams that include eviction (a small table), repeated and out-of-order events, removals of
+//! unknown blocks, clears and worker removals.
+
+use std::collections::{HashMap, HashSet};
+
+use libroute_core::{
+    BlockSlot, IndexError, KvEvent, Overlaps, PrefixIndex, Row, Tier, WorkerKey, WorkerSlot,
+};
+use proptest::prelude::*;
+
+/// The model: block -> worker -> tiers held, and blocks in store order (oldest first).
+#[derive(Default)]
+struct Model {
+    held: HashMap<u64, HashMap<WorkerKey, HashSet<usize>>>,
+    recency: Vec<u64>,
+    capacity: usize,
+    evictions: u64,
+}
+
+impl Model {
+    fn touch(&mut self, hash: u64) {
+        self.recency.retain(|h| *h != hash);
+        self.recency.push(hash);
+    }
+
+    fn forget(&mut self, hash: u64) {
+        self.held.remove(&hash);
+        self.recency.retain(|h| *h != hash);
+    }
+
+    fn store(&mut self, worker: WorkerKey, tier: usize, hashes: &[u64]) {
+        for &h in hashes {
+            if !self.held.contains_key(&h) && self.held.len() >= self.capacity {
+                let oldest = self.recency[0];
+                self.forget(oldest);
+                self.evictions += 1;
+            }
+            self.held
+                .entry(h)
+                .or_default()
+                .entry(worker)
+                .or_default()
+                .insert(tier);
+            self.touch(h);
+        }
+    }
+
+    fn remove(&mut self, worker: WorkerKey, tier: usize, hashes: &[u64]) {
+        for &h in hashes {
+            if let Some(workers) = self.held.get_mut(&h) {
+                if let Some(tiers) = workers.get_mut(&worker) {
+                    tiers.remove(&tier);
+                    if tiers.is_empty() {
+                        workers.remove(&worker);
+                    }
+                }
+                if workers.is_empty() {
+                    self.forget(h);
+                }
+            }
+        }
+    }
+
+    fn clear(&mut self, worker: WorkerKey) {
+        let hashes: Vec<u64> = self.held.keys().copied().collect();
+        for h in hashes {
+            self.remove(worker, 0, &[h]);
+            self.remove(worker, 1, &[h]);
+            self.remove(worker, 2, &[h]);
+        }
+    }
+
+    /// (device, host, disk) for `worker` over `hashes`.
+    fn overlap(&self, worker: WorkerKey, hashes: &[u64]) -> [u32; 3] {
+        let mut counts = [0; 3];
+        for h in hashes {
+            let Some(tiers) = self.held.get(h).and_then(|w| w.get(&worker)) else {
+                break;
+            };
+            let best = *tiers.iter().min().expect("non-empty");
+            counts[best] += 1;
+        }
+        counts
+    }
+}
+
+#[derive(Debug, Clone)]
+enum Op {
+    Store(u64, usize, Vec<u64>),
+    Remove(u64, usize, Vec<u64>),
+    Clear(u64),
+    RemoveWorker(u64),
+    Query(Vec<u64>),
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    let hashes = prop::collection::vec(0u64..30, 1..8);
+    prop_oneof![
+        6 => (0u64..5, 0usize..3, hashes.clone()).prop_map(|(w, t, h)| Op::Store(w, t, h)),
+        3 => (0u64..6, 0usize..3, hashes.clone()).prop_map(|(w, t, h)| Op::Remove(w, t, h)),
+        1 => (0u64..6).prop_map(Op::Clear),
+        1 => (0u64..6).prop_map(Op::RemoveWorker),
+        4 => hashes.prop_map(Op::Query),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 200, ..ProptestConfig::default() })]
+
+    #[test]
+    fn the_index_agrees_with_the_model(ops in prop::collection::vec(op(), 1..300)) {
+        let mut index = PrefixIndex::<_, _, 1>::new(vec![BlockSlot::<1>::empty(); 16], vec![WorkerSlot::empty(); 128]).unwrap();
+        let mut model = Model { capacity: index.block_capacity(), ..Model::default() };
+        let tiers = Tier::ALL;
+        let mut overlaps = Overlaps::<1>::new();
+        for op in ops {
+            match op {
+                Op::Store(w, t, h) => {
+                    let worker = WorkerKey::new(w, 0);
+                    index.apply(&KvEvent::Stored { worker, tier: tiers[t], hashes: &h }).unwrap();
+                    model.store(worker, t, &h);
+                }
+                Op::Remove(w, t, h) => {
+                    let worker = WorkerKey::new(w, 0);
+                    index.apply(&KvEvent::Removed { worker, tier: tiers[t], hashes: &h }).unwrap();
+                    model.remove(worker, t, &h);
+                }
+                Op::Clear(w) => {
+                    index.apply(&KvEvent::Cleared { worker: WorkerKey::new(w, 0) }).unwrap();
+                    model.clear(WorkerKey::new(w, 0));
+                }
+                Op::RemoveWorker(w) => {
+                    index.apply(&KvEvent::WorkerRemoved { worker: WorkerKey::new(w, 0) }).unwrap();
+                    model.clear(WorkerKey::new(w, 0));
+                }
+                Op::Query(h) => {
+                    index.query(&h, &mut overlaps);
+                    let first_held = model.held.get(&h[0]).is_some_and(|w| !w.is_empty());
+                    prop_assert_eq!(overlaps.has_tier_matches(), first_held);
+                    for w in 0..6 {
+                        let worker = WorkerKey::new(w, 0);
+                        let expected = model.overlap(worker, &h);
+                        let actual = index.overlap(&overlaps, worker).unwrap_or([0; 3]);
+                        prop_assert_eq!(actual, expected, "worker {} over {:?}", w, h);
+                    }
+                    let mut rows: Vec<Row> = (0..6).map(|w| Row::new(WorkerKey::new(w, 0))).collect();
+                    index.fill_rows(&overlaps, &mut rows, 0.75, 0.25, 16);
+                    for row in &rows {
+                        let [d, hst, dsk] = model.overlap(row.worker, &h);
+                        let c = row.cache();
+                        prop_assert_eq!((c.device_blocks, c.host_blocks, c.disk_blocks), (d, hst, dsk));
+                    }
+                }
+            }
+            prop_assert_eq!(index.counters().blocks, model.held.len());
+            prop_assert_eq!(index.counters().evictions, model.evictions);
+        }
+    }
+}
+
+#[test]
+fn a_worker_beyond_capacity_is_refused_and_changes_nothing() {
+    let mut index = PrefixIndex::<_, _, 1>::new(
+        vec![BlockSlot::<1>::empty(); 64],
+        vec![WorkerSlot::empty(); 128],
+    )
+    .unwrap();
+    for w in 0..64 {
+        index
+            .apply(&KvEvent::Stored {
+                worker: WorkerKey::new(w, 0),
+                tier: Tier::Device,
+                hashes: &[1],
+            })
+            .unwrap();
+    }
+    let late = WorkerKey::new(99, 0);
+    let err = index
+        .apply(&KvEvent::Stored {
+            worker: late,
+            tier: Tier::Device,
+            hashes: &[2],
+        })
+        .unwrap_err();
+    assert_eq!(
+        err,
+        IndexError::WorkersFull {
+            worker: late,
+            capacity: 64
+        }
+    );
+    assert_eq!(index.counters().blocks, 1);
+    assert_eq!(index.counters().rejected_events, 1);
+    // Removing one worker frees its bit for the newcomer.
+    index
+        .apply(&KvEvent::WorkerRemoved {
+            worker: WorkerKey::new(5, 0),
+        })
+        .unwrap();
+    index
+        .apply(&KvEvent::Stored {
+            worker: late,
+            tier: Tier::Device,
+            hashes: &[2],
+        })
+        .unwrap();
+    assert_eq!(index.counters().workers, 64);
+}
+
+#[test]
+fn storage_that_does_not_fit_is_an_error() {
+    assert!(
+        PrefixIndex::<_, _, 1>::new(
+            vec![BlockSlot::<1>::empty(); 100],
+            vec![WorkerSlot::empty(); 128]
+        )
+        .is_err()
+    );
+    assert!(
+        PrefixIndex::<_, _, 2>::new(
+            vec![BlockSlot::<2>::empty(); 64],
+            vec![WorkerSlot::empty(); 128]
+        )
+        .is_err()
+    );
+}
+
+#[test]
+fn many_workers_and_long_prefixes_count_exactly() {
+    // 256 workers (4 words); worker w holds the first w blocks of a 300-block prompt, spread over
+    // tiers by position, so every count from 0 to 255 and every carry of the counters is hit.
+    let mut index = PrefixIndex::<_, _, 4>::new(
+        vec![BlockSlot::<4>::empty(); 1024],
+        vec![WorkerSlot::empty(); 512],
+    )
+    .unwrap();
+    let prompt: Vec<u64> = (1000..1300).collect();
+    for w in 0..256u64 {
+        let n = usize::try_from(w).unwrap();
+        let worker = WorkerKey::new(w, 0);
+        for (i, &h) in prompt[..n].iter().enumerate() {
+            let tier = Tier::ALL[i % 3];
+            index
+                .apply(&KvEvent::Stored {
+                    worker,
+                    tier,
+                    hashes: &[h],
+                })
+                .unwrap();
+        }
+    }
+    let mut overlaps = Overlaps::<4>::new();
+    index.query(&prompt, &mut overlaps);
+    for w in 0..256u32 {
+        let got = index
+            .overlap(&overlaps, WorkerKey::new(u64::from(w), 0))
+            .unwrap_or([0; 3]);
+        let expect = [w.div_ceil(3), (w + 1) / 3, w / 3];
+        assert_eq!(got, expect, "worker {w}");
+    }
+    assert_eq!(overlaps.longest(), 255);
+}
