@@ -90,6 +90,7 @@ mod config;
 mod default;
 mod index;
 mod inputs;
+mod ledger;
 mod math;
 mod policy;
 pub mod rng;
@@ -106,6 +107,10 @@ pub use index::{
     WorkerSlot,
 };
 pub use inputs::{Candidates, RequestView, RowView, WorkerInputs};
+pub use ledger::{
+    Ledger, LedgerCounters, LedgerError, LedgerEvent, LoadSlot, RequestEntry, RequestSlot,
+    WorkerLoad,
+};
 pub use policy::{MAX_SCORERS, Policy, PolicyError, SelectError, Selection, Selector};
 pub use rng::{RandomSource, WyRand};
 pub use table::{Slot, StorageError, TableKey};

@@ -1,0 +1,503 @@
+//! The load ledger: which requests are booked on which worker, and each worker's active prefill
+//! tokens, decode blocks and requests (the LOAD inputs of spec section 2).
+//!
+//! Two ways in:
+//!
+//! - **The router's own calls** ([`Ledger::book`], [`Ledger::prefill_complete`], [`Ledger::free`],
+//!   [`Ledger::cancel`]) are strict: a duplicate id, an unknown id, a second prefill completion
+//!   or a double free is an error that changes nothing.
+//! - **Events relayed from other router replicas** ([`Ledger::apply`]) may arrive late, twice or
+//!   out of order; applying them is idempotent. A completion or free that arrives before its
+//!   booking is remembered (as a bounded tombstone), so the late booking is applied as already
+//!   completed or not at all. Events for workers this ledger does not know are ignored and
+//!   counted.
+//!
+//! Storage is given at construction, as for the index: requests and workers in power-of-two
+//! slot tables (7/8 usable), tombstones in a ring. When the tombstone ring is full the oldest
+//! tombstone is forgotten (counted); a booking that arrives after its tombstone was forgotten
+//! would be applied.
+
+use core::fmt;
+
+use crate::table::{Slot, StorageError, Table};
+use crate::types::{Load, Row, RowFlags, WorkerKey};
+
+const BOOKED: u8 = 1;
+const PREFILL_DONE: u8 = 2;
+const FREED: u8 = 4;
+
+/// A request the ledger holds: booked, or a tombstone of an event that came first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct RequestEntry {
+    worker: WorkerKey,
+    prefill_tokens: u64,
+    blocks: u64,
+    state: u8,
+}
+
+/// A worker's active load.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct WorkerLoad {
+    /// Prefill tokens of booked requests whose prefill has not completed.
+    pub active_prefill_tokens: u64,
+    /// Blocks of booked requests.
+    pub active_decode_blocks: u64,
+    /// Booked requests.
+    pub active_requests: u64,
+}
+
+/// A slot of the request table's storage.
+pub type RequestSlot = Slot<u64, RequestEntry>;
+/// A slot of the worker table's storage.
+pub type LoadSlot = Slot<WorkerKey, WorkerLoad>;
+
+/// What the ledger has done, for hosts to export.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct LedgerCounters {
+    /// Requests booked now.
+    pub active_requests: usize,
+    /// Workers known now.
+    pub workers: usize,
+    /// Replica events that repeated one already applied, ignored.
+    pub duplicate_events: u64,
+    /// Replica events that arrived after the event that supersedes them (a booking after its free).
+    pub late_events: u64,
+    /// Replica events for workers this ledger does not know, ignored.
+    pub unknown_worker_events: u64,
+    /// Tombstones forgotten because the ring was full.
+    pub forgotten_tombstones: u64,
+    /// Replica events dropped because the request table was full.
+    pub dropped_events: u64,
+}
+
+/// Why the ledger refused a call; nothing changed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum LedgerError {
+    /// The request id is already booked (or remembered).
+    DuplicateId(u64),
+    /// No booked request has this id (never booked, or already freed).
+    UnknownId(u64),
+    /// The request's prefill was already completed.
+    PrefillAlreadyComplete(u64),
+    /// The worker is not registered with [`Ledger::add_worker`].
+    UnknownWorker(WorkerKey),
+    /// The request table is full.
+    RequestsFull {
+        /// How many requests it holds.
+        capacity: usize,
+    },
+    /// The worker table is full.
+    WorkersFull {
+        /// How many workers it holds.
+        capacity: usize,
+    },
+}
+
+impl fmt::Display for LedgerError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            LedgerError::DuplicateId(id) => write!(f, "request {id} is already booked"),
+            LedgerError::UnknownId(id) => write!(
+                f,
+                "request {id} is not booked (never booked, or already freed)"
+            ),
+            LedgerError::PrefillAlreadyComplete(id) => {
+                write!(f, "request {id} already completed its prefill")
+            }
+            LedgerError::UnknownWorker(w) => write!(f, "worker {w} is not registered"),
+            LedgerError::RequestsFull { capacity } => {
+                write!(f, "the ledger holds at most {capacity} requests")
+            }
+            LedgerError::WorkersFull { capacity } => {
+                write!(f, "the ledger holds at most {capacity} workers")
+            }
+        }
+    }
+}
+
+impl core::error::Error for LedgerError {}
+
+/// An event relayed from another router replica.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LedgerEvent {
+    /// A replica booked a request.
+    Booked {
+        /// Globally unique request id.
+        id: u64,
+        /// Where.
+        worker: WorkerKey,
+        /// Prefill tokens it books.
+        prefill_tokens: u64,
+        /// Blocks it books.
+        blocks: u64,
+    },
+    /// The request's prefill completed.
+    PrefillComplete {
+        /// The request.
+        id: u64,
+    },
+    /// The request finished or was cancelled.
+    Freed {
+        /// The request.
+        id: u64,
+    },
+}
+
+/// The load ledger over caller storage: `R` request slots, `L` worker slots, `T` tombstone ring.
+///
+/// # Examples
+///
+/// ```
+/// use libroute_core::{Ledger, LedgerError, LoadSlot, RequestSlot, Row, WorkerKey};
+///
+/// let mut ledger = Ledger::new([RequestSlot::empty(); 64], [LoadSlot::empty(); 16], [0u64; 16]).unwrap();
+/// let w = WorkerKey::new(3, 0);
+/// ledger.add_worker(w).unwrap();
+/// ledger.book(7, w, 512, 40).unwrap();
+/// assert_eq!(ledger.book(7, w, 1, 1), Err(LedgerError::DuplicateId(7)));
+/// assert_eq!(ledger.load(w).unwrap().active_prefill_tokens, 512);
+/// ledger.prefill_complete(7).unwrap();
+/// ledger.free(7).unwrap();
+/// assert_eq!(ledger.free(7), Err(LedgerError::UnknownId(7)));
+/// assert_eq!(ledger.load(w).unwrap().active_requests, 0);
+/// ```
+pub struct Ledger<R, L, T> {
+    requests: Table<u64, RequestEntry, R>,
+    workers: Table<WorkerKey, WorkerLoad, L>,
+    tombstones: T,
+    tomb_head: usize,
+    tomb_len: usize,
+    /// Requests whose reservation is on a worker's load now.
+    active: usize,
+    counters: LedgerCounters,
+}
+
+impl<R, L, T> fmt::Debug for Ledger<R, L, T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Ledger")
+            .field("counters", &self.counters)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<R, L, T> Ledger<R, L, T>
+where
+    R: AsRef<[RequestSlot]> + AsMut<[RequestSlot]>,
+    L: AsRef<[LoadSlot]> + AsMut<[LoadSlot]>,
+    T: AsRef<[u64]> + AsMut<[u64]>,
+{
+    /// An empty ledger over `requests` and `workers` (power-of-two slot counts of at least 8;
+    /// 7/8 usable) and a ring of `tombstones` (any length; 0 disables tombstones).
+    ///
+    /// # Errors
+    ///
+    /// [`StorageError`] for a slot count that does not fit.
+    pub fn new(requests: R, workers: L, tombstones: T) -> Result<Self, StorageError> {
+        Ok(Self {
+            requests: Table::new(requests)?,
+            workers: Table::new(workers)?,
+            tombstones,
+            tomb_head: 0,
+            tomb_len: 0,
+            active: 0,
+            counters: LedgerCounters::default(),
+        })
+    }
+
+    /// The counters, with the current request and worker counts.
+    #[must_use]
+    pub fn counters(&self) -> LedgerCounters {
+        LedgerCounters {
+            active_requests: self.active,
+            workers: self.workers.len(),
+            ..self.counters
+        }
+    }
+
+    /// Registers a worker (no-op if known).
+    ///
+    /// # Errors
+    ///
+    /// [`LedgerError::WorkersFull`].
+    pub fn add_worker(&mut self, worker: WorkerKey) -> Result<(), LedgerError> {
+        if self.workers.find(worker).is_none() {
+            self.workers
+                .insert(worker, WorkerLoad::default())
+                .map_err(|_| LedgerError::WorkersFull {
+                    capacity: self.workers.capacity(),
+                })?;
+        }
+        Ok(())
+    }
+
+    /// Forgets a worker and its load; its booked requests stay until freed (freeing them then
+    /// changes no load). Unknown workers are ignored.
+    pub fn remove_worker(&mut self, worker: WorkerKey) {
+        if let Some(i) = self.workers.find(worker) {
+            self.workers.remove_at(i, |_, _, _| {});
+        }
+    }
+
+    /// The load of `worker`, `None` if unknown.
+    #[must_use]
+    pub fn load(&self, worker: WorkerKey) -> Option<WorkerLoad> {
+        self.workers.find(worker).map(|i| *self.workers.value(i))
+    }
+
+    /// Whether `id` is booked or remembered (a duplicate for [`Ledger::book`]).
+    #[must_use]
+    pub fn contains(&self, id: u64) -> bool {
+        self.requests.find(id).is_some()
+    }
+
+    /// Writes each row's LOAD inputs from the ledger; rows of unknown workers get no projection.
+    pub fn fill_rows(&self, rows: &mut [Row]) {
+        for row in rows {
+            match self.load(row.worker) {
+                Some(load) => {
+                    *row = row.with_load(Load {
+                        available: true,
+                        active_prefill_tokens: load.active_prefill_tokens,
+                        active_decode_blocks: load.active_decode_blocks,
+                        active_requests: load.active_requests,
+                    });
+                }
+                None => row.flags = RowFlags(row.flags.0 & !RowFlags::HAS_LOAD.0),
+            }
+        }
+    }
+
+    fn adjust(&mut self, worker: WorkerKey, entry: &RequestEntry, sign: Sign) {
+        match sign {
+            Sign::Add => self.active += 1,
+            Sign::Sub => self.active = self.active.saturating_sub(1),
+        }
+        let Some(i) = self.workers.find(worker) else {
+            return;
+        };
+        let load = self.workers.value_mut(i);
+        let prefill = if entry.state & PREFILL_DONE == 0 {
+            entry.prefill_tokens
+        } else {
+            0
+        };
+        match sign {
+            Sign::Add => {
+                load.active_prefill_tokens = load.active_prefill_tokens.saturating_add(prefill);
+                load.active_decode_blocks = load.active_decode_blocks.saturating_add(entry.blocks);
+                load.active_requests += 1;
+            }
+            Sign::Sub => {
+                load.active_prefill_tokens = load.active_prefill_tokens.saturating_sub(prefill);
+                load.active_decode_blocks = load.active_decode_blocks.saturating_sub(entry.blocks);
+                load.active_requests = load.active_requests.saturating_sub(1);
+            }
+        }
+    }
+
+    /// Books request `id` on `worker`.
+    ///
+    /// # Errors
+    ///
+    /// [`LedgerError::DuplicateId`], [`LedgerError::UnknownWorker`], [`LedgerError::RequestsFull`];
+    /// nothing changes.
+    pub fn book(
+        &mut self,
+        id: u64,
+        worker: WorkerKey,
+        prefill_tokens: u64,
+        blocks: u64,
+    ) -> Result<(), LedgerError> {
+        if self.requests.find(id).is_some() {
+            return Err(LedgerError::DuplicateId(id));
+        }
+        if self.workers.find(worker).is_none() {
+            return Err(LedgerError::UnknownWorker(worker));
+        }
+        let entry = RequestEntry {
+            worker,
+            prefill_tokens,
+            blocks,
+            state: BOOKED,
+        };
+        self.requests
+            .insert(id, entry)
+            .map_err(|_| LedgerError::RequestsFull {
+                capacity: self.requests.capacity(),
+            })?;
+        self.adjust(worker, &entry, Sign::Add);
+        Ok(())
+    }
+
+    fn booked(&self, id: u64) -> Result<(usize, RequestEntry), LedgerError> {
+        match self.requests.find(id) {
+            Some(i) if self.requests.value(i).state & (BOOKED | FREED) == BOOKED => {
+                Ok((i, *self.requests.value(i)))
+            }
+            _ => Err(LedgerError::UnknownId(id)),
+        }
+    }
+
+    /// Marks request `id`'s prefill complete: its prefill tokens leave the worker's load.
+    ///
+    /// # Errors
+    ///
+    /// [`LedgerError::UnknownId`], [`LedgerError::PrefillAlreadyComplete`]; nothing changes.
+    pub fn prefill_complete(&mut self, id: u64) -> Result<(), LedgerError> {
+        let (i, entry) = self.booked(id)?;
+        if entry.state & PREFILL_DONE != 0 {
+            return Err(LedgerError::PrefillAlreadyComplete(id));
+        }
+        if let Some(w) = self.workers.find(entry.worker) {
+            let load = self.workers.value_mut(w);
+            load.active_prefill_tokens = load
+                .active_prefill_tokens
+                .saturating_sub(entry.prefill_tokens);
+        }
+        self.requests.value_mut(i).state |= PREFILL_DONE;
+        Ok(())
+    }
+
+    /// Frees request `id`: its whole reservation leaves the worker's load.
+    ///
+    /// # Errors
+    ///
+    /// [`LedgerError::UnknownId`] (including a second free); nothing changes.
+    pub fn free(&mut self, id: u64) -> Result<(), LedgerError> {
+        let (i, entry) = self.booked(id)?;
+        self.adjust(entry.worker, &entry, Sign::Sub);
+        self.requests.remove_at(i, |_, _, _| {});
+        Ok(())
+    }
+
+    /// Cancels request `id`: the same as [`Ledger::free`].
+    ///
+    /// # Errors
+    ///
+    /// As [`Ledger::free`].
+    pub fn cancel(&mut self, id: u64) -> Result<(), LedgerError> {
+        self.free(id)
+    }
+
+    /// Remembers `id` in state `state` as a tombstone, forgetting the oldest if the ring is full.
+    fn tombstone(&mut self, id: u64, entry: RequestEntry) {
+        let ring = self.tombstones.as_ref().len();
+        if ring == 0 {
+            return;
+        }
+        if self.tomb_len == ring {
+            let oldest = self.tombstones.as_ref()[self.tomb_head];
+            if let Some(i) = self.requests.find(oldest) {
+                if self.requests.value(i).state & BOOKED == 0
+                    || self.requests.value(i).state & FREED != 0
+                {
+                    self.requests.remove_at(i, |_, _, _| {});
+                }
+            }
+            self.tomb_head = (self.tomb_head + 1) % ring;
+            self.tomb_len -= 1;
+            self.counters.forgotten_tombstones += 1;
+        }
+        let stored = match self.requests.find(id) {
+            Some(i) => {
+                *self.requests.value_mut(i) = entry;
+                true
+            }
+            None => self.requests.insert(id, entry).is_ok(),
+        };
+        if stored {
+            let tail = (self.tomb_head + self.tomb_len) % ring;
+            self.tombstones.as_mut()[tail] = id;
+            self.tomb_len += 1;
+        } else {
+            self.counters.dropped_events += 1;
+        }
+    }
+
+    /// Applies an event relayed from another replica. Idempotent: a repeated event changes
+    /// nothing; a completion or free that arrives before its booking is remembered.
+    pub fn apply(&mut self, event: &LedgerEvent) {
+        match *event {
+            LedgerEvent::Booked {
+                id,
+                worker,
+                prefill_tokens,
+                blocks,
+            } => {
+                if self.workers.find(worker).is_none() {
+                    self.counters.unknown_worker_events += 1;
+                    return;
+                }
+                match self.requests.find(id).map(|i| (i, *self.requests.value(i))) {
+                    None => {
+                        let entry = RequestEntry {
+                            worker,
+                            prefill_tokens,
+                            blocks,
+                            state: BOOKED,
+                        };
+                        if self.requests.insert(id, entry).is_ok() {
+                            self.adjust(worker, &entry, Sign::Add);
+                        } else {
+                            self.counters.dropped_events += 1;
+                        }
+                    }
+                    Some((_, e)) if e.state & FREED != 0 => self.counters.late_events += 1,
+                    Some((_, e)) if e.state & BOOKED != 0 => self.counters.duplicate_events += 1,
+                    Some((i, e)) => {
+                        // A completion arrived first: book with the prefill already done.
+                        let entry = RequestEntry {
+                            worker,
+                            prefill_tokens,
+                            blocks,
+                            state: BOOKED | (e.state & PREFILL_DONE),
+                        };
+                        *self.requests.value_mut(i) = entry;
+                        self.adjust(worker, &entry, Sign::Add);
+                        self.counters.late_events += 1;
+                    }
+                }
+            }
+            LedgerEvent::PrefillComplete { id } => {
+                match self.requests.find(id).map(|i| (i, *self.requests.value(i))) {
+                    None => self.tombstone(
+                        id,
+                        RequestEntry {
+                            state: PREFILL_DONE,
+                            ..RequestEntry::default()
+                        },
+                    ),
+                    Some((_, e)) if e.state & (PREFILL_DONE | FREED) != 0 => {
+                        self.counters.duplicate_events += 1
+                    }
+                    Some(_) => {
+                        let _ = self.prefill_complete(id);
+                    }
+                }
+            }
+            LedgerEvent::Freed { id } => {
+                match self.requests.find(id).map(|i| (i, *self.requests.value(i))) {
+                    Some((_, e)) if e.state & FREED != 0 => self.counters.duplicate_events += 1,
+                    Some((_, e)) if e.state & BOOKED != 0 => {
+                        self.adjust(e.worker, &e, Sign::Sub);
+                        self.tombstone(id, RequestEntry { state: FREED, ..e });
+                    }
+                    _ => self.tombstone(
+                        id,
+                        RequestEntry {
+                            state: FREED | PREFILL_DONE,
+                            ..RequestEntry::default()
+                        },
+                    ),
+                }
+            }
+        }
+    }
+}
+
+#[derive(Clone, Copy)]
+enum Sign {
+    Add,
+    Sub,
+}
