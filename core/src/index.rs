@@ -180,6 +180,8 @@ const PLANES: usize = 32;
 #[derive(Clone)]
 pub struct Overlaps<const WORDS: usize> {
     planes: [[[u64; WORDS]; PLANES]; 3],
+    /// The planes transposed once per query: `counts[tier][word][bit]`.
+    counts: [[[u32; 64]; WORDS]; 3],
     /// Highest plane any counter reached, per tier (planes above it are zero).
     top: [usize; 3],
     has_tier_matches: bool,
@@ -207,6 +209,7 @@ impl<const WORDS: usize> Overlaps<WORDS> {
     pub const fn new() -> Self {
         Self {
             planes: [[[0; WORDS]; PLANES]; 3],
+            counts: [[[0; 64]; WORDS]; 3],
             top: [0; 3],
             has_tier_matches: false,
             matched: 0,
@@ -256,15 +259,26 @@ impl<const WORDS: usize> Overlaps<WORDS> {
         }
     }
 
+    /// Transposes the planes into per-worker counts: one pass over the set bits.
+    fn transpose(&mut self) {
+        for t in 0..3 {
+            for w in 0..WORDS {
+                self.counts[t][w] = [0; 64];
+                for p in 0..=self.top[t] {
+                    let mut bits = self.planes[t][p][w];
+                    while bits != 0 {
+                        self.counts[t][w][bits.trailing_zeros() as usize] |= 1 << p;
+                        bits &= bits - 1;
+                    }
+                }
+            }
+        }
+    }
+
     /// The count of worker bit `bit` for `tier`.
     #[inline]
     fn count(&self, tier: usize, bit: u32) -> u32 {
-        let (word, shift) = ((bit / 64) as usize, bit % 64);
-        let mut n = 0;
-        for p in 0..=self.top[tier] {
-            n |= u32::try_from((self.planes[tier][p][word] >> shift) & 1).unwrap_or(0) << p;
-        }
-        n
+        self.counts[tier][(bit / 64) as usize][(bit % 64) as usize]
     }
 }
 
@@ -596,6 +610,7 @@ where
             out.add(1, &host);
             out.add(2, &disk);
         }
+        out.transpose();
     }
 
     /// The overlap `(device, host, disk)` of `worker` in `overlaps`, `None` for an unknown worker.

@@ -94,6 +94,7 @@ mod ledger;
 mod math;
 mod policy;
 pub mod rng;
+mod router;
 mod table;
 mod types;
 
@@ -113,6 +114,7 @@ pub use ledger::{
 };
 pub use policy::{MAX_SCORERS, Policy, PolicyError, SelectError, Selection, Selector};
 pub use rng::{RandomSource, WyRand};
+pub use router::{RouteError, Router};
 pub use table::{Slot, StorageError, TableKey};
 pub use types::{
     BlockRange, Cache, Label, Leg, Load, PreferredTaint, Request, RequestError, Role, Row,

@@ -124,3 +124,72 @@ fn the_counter_sees_allocations() {
     std::hint::black_box(vec![1u8; 16]);
     assert_eq!(allocations() - before, 1);
 }
+
+#[test]
+fn index_ledger_and_router_do_not_allocate_after_construction() {
+    let index = PrefixIndex::<_, _, 1>::new(
+        vec![BlockSlot::<1>::empty(); 1 << 14],
+        vec![WorkerSlot::empty(); 128],
+    )
+    .unwrap();
+    let ledger = Ledger::new(
+        vec![RequestSlot::empty(); 1 << 12],
+        vec![LoadSlot::empty(); 128],
+        vec![0u64; 256],
+    )
+    .unwrap();
+    let mut router = Router::new(index, ledger, 0.75, 0.25);
+    let workers: Vec<WorkerKey> = (0..64).map(|w| WorkerKey::new(w, 0)).collect();
+    for &w in &workers {
+        router.ledger.add_worker(w).unwrap();
+    }
+    let policy = DefaultKnobs::default().build().unwrap();
+    let mut selector = Box::new(Selector::<64>::new());
+    let mut rows: Vec<Row> = workers.iter().map(|&w| Row::new(w)).collect();
+    let prompts: Vec<Vec<u64>> = (0..32u64)
+        .map(|p| (0..64).map(|b| p * 1000 + b).collect())
+        .collect();
+    let iterations = if cfg!(miri) { 10 } else { 10_000u64 };
+    let mut run = |router: &mut Router<_, _, _, _, _, 1>, i: u64| {
+        let prompt = &prompts[usize::try_from(i % 32).unwrap()];
+        let s = router
+            .route(
+                &policy,
+                &mut selector,
+                &Request::new(1024, 16),
+                prompt,
+                &mut rows,
+                i,
+            )
+            .unwrap();
+        router
+            .index
+            .apply(&KvEvent::Stored {
+                worker: s.worker,
+                tier: Tier::Device,
+                hashes: prompt,
+            })
+            .unwrap();
+        router.ledger.apply(&LedgerEvent::PrefillComplete { id: i });
+        router.ledger.prefill_complete(i).unwrap_err();
+        router.ledger.free(i).unwrap();
+        if i % 97 == 0 {
+            router
+                .index
+                .apply(&KvEvent::Removed {
+                    worker: s.worker,
+                    tier: Tier::Device,
+                    hashes: &prompt[32..],
+                })
+                .unwrap();
+        }
+    };
+    for i in 0..100 {
+        run(&mut router, i);
+    }
+    let before = allocations();
+    for i in 100..100 + iterations {
+        run(&mut router, i);
+    }
+    assert_eq!(allocations() - before, 0);
+}

@@ -1,0 +1,153 @@
+//! One call that does it all for a host: overlap query + select + book.
+
+use core::fmt;
+
+use crate::index::{BlockSlot, Overlaps, PrefixIndex, WorkerSlot};
+use crate::inputs::WorkerInputs;
+use crate::ledger::{Ledger, LedgerError, LoadSlot, RequestSlot};
+use crate::policy::{Policy, SelectError, Selection, Selector};
+use crate::types::{Request, Row, RowFlags};
+use crate::{Filters, Picker, Scorers};
+
+/// Why [`Router::route`] failed. Nothing was booked.
+#[derive(Debug, Clone, Copy, PartialEq)]
+#[non_exhaustive]
+pub enum RouteError {
+    /// The selection failed.
+    Select(SelectError),
+    /// Booking failed (a duplicate request id is detected before selecting).
+    Ledger(LedgerError),
+}
+
+impl fmt::Display for RouteError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RouteError::Select(e) => write!(f, "selection failed: {e}"),
+            RouteError::Ledger(e) => write!(f, "booking failed: {e}"),
+        }
+    }
+}
+
+impl core::error::Error for RouteError {}
+
+/// A host's routing state: the prefix index, the load ledger, and the query scratch.
+///
+/// [`Router::route`] fills the candidate rows' CACHE inputs from the index (when the policy reads
+/// them) and their LOAD inputs from the ledger, adds the request's own new blocks to each row's
+/// decode blocks, selects, and books the request on the chosen worker.
+///
+/// # Examples
+///
+/// ```
+/// use libroute_core::*;
+///
+/// let index = PrefixIndex::<_, _, 1>::new(vec![BlockSlot::<1>::empty(); 1024], vec![WorkerSlot::empty(); 128]).unwrap();
+/// let ledger = Ledger::new(vec![RequestSlot::empty(); 256], vec![LoadSlot::empty(); 128], vec![0u64; 64]).unwrap();
+/// let mut router = Router::new(index, ledger, 0.75, 0.25);
+/// let (a, b) = (WorkerKey::new(1, 0), WorkerKey::new(2, 0));
+/// router.ledger.add_worker(a).unwrap();
+/// router.ledger.add_worker(b).unwrap();
+/// router.index.apply(&KvEvent::Stored { worker: b, tier: Tier::Device, hashes: &[7, 8, 9] }).unwrap();
+///
+/// let policy = DefaultKnobs::default().build().unwrap();
+/// let mut selector = Selector::<16>::new();
+/// let mut rows = [Row::new(a), Row::new(b)];
+/// let hashes = [7, 8, 9, 10];
+/// let s = router.route(&policy, &mut selector, &Request::new(64, 16), &hashes, &mut rows, 1).unwrap();
+/// assert_eq!(s.worker, b); // it holds 3 of the 4 blocks
+/// assert_eq!(router.ledger.load(b).unwrap().active_prefill_tokens, 16); // 64 - 48 cached
+/// assert_eq!(router.ledger.load(b).unwrap().active_decode_blocks, 1); // one new block
+/// ```
+#[derive(Debug)]
+pub struct Router<B, W, R, L, T, const WORDS: usize> {
+    /// The prefix-overlap index, fed by the host's KV events.
+    pub index: PrefixIndex<B, W, WORDS>,
+    /// The load ledger; the host reports completions and frees to it.
+    pub ledger: Ledger<R, L, T>,
+    overlaps: Overlaps<WORDS>,
+    host_weight: f64,
+    disk_weight: f64,
+}
+
+impl<B, W, R, L, T, const WORDS: usize> Router<B, W, R, L, T, WORDS>
+where
+    B: AsRef<[BlockSlot<WORDS>]> + AsMut<[BlockSlot<WORDS>]>,
+    W: AsRef<[WorkerSlot]> + AsMut<[WorkerSlot]>,
+    R: AsRef<[RequestSlot]> + AsMut<[RequestSlot]>,
+    L: AsRef<[LoadSlot]> + AsMut<[LoadSlot]>,
+    T: AsRef<[u64]> + AsMut<[u64]>,
+{
+    /// A router over an index and a ledger; `host_weight` and `disk_weight` turn tier overlaps
+    /// into the accounting estimate (use the policy's `host_cache_hit_weight` and
+    /// `disk_cache_hit_weight`).
+    pub fn new(
+        index: PrefixIndex<B, W, WORDS>,
+        ledger: Ledger<R, L, T>,
+        host_weight: f64,
+        disk_weight: f64,
+    ) -> Self {
+        Self {
+            index,
+            ledger,
+            overlaps: Overlaps::new(),
+            host_weight,
+            disk_weight,
+        }
+    }
+
+    /// Queries the overlap of `hashes` (the request's chained block hashes), fills `rows`,
+    /// selects with `policy`, and books request `id` on the chosen worker with its uncached
+    /// prefill tokens and its new blocks there.
+    ///
+    /// # Errors
+    ///
+    /// [`RouteError::Ledger`] with [`LedgerError::DuplicateId`] before anything else happens;
+    /// [`RouteError::Select`] for any selection error; [`RouteError::Ledger`] if the chosen worker
+    /// cannot be booked (unknown to the ledger, or the ledger is full). Nothing is booked on error.
+    pub fn route<F: Filters, S: Scorers, P: Picker, const N: usize>(
+        &mut self,
+        policy: &Policy<F, S, P>,
+        selector: &mut Selector<N>,
+        request: &Request<'_>,
+        hashes: &[u64],
+        rows: &mut [Row],
+        id: u64,
+    ) -> Result<Selection, RouteError> {
+        if self.ledger.contains(id) {
+            return Err(RouteError::Ledger(LedgerError::DuplicateId(id)));
+        }
+        let uses_cache = policy.inputs(request.leg()).contains(WorkerInputs::CACHE);
+        let mut request = *request;
+        if uses_cache {
+            self.index.query(hashes, &mut self.overlaps);
+            self.index.fill_rows(
+                &self.overlaps,
+                rows,
+                self.host_weight,
+                self.disk_weight,
+                request.block_size,
+            );
+            request.has_tier_matches = self.overlaps.has_tier_matches();
+        }
+        self.ledger.fill_rows(rows);
+        let blocks = request.request_blocks();
+        for row in rows.iter_mut() {
+            if row.flags.contains(RowFlags::HAS_LOAD) {
+                let new_blocks = blocks.saturating_sub(u64::from(row.cache().device_blocks));
+                row.active_decode_blocks = row.active_decode_blocks.saturating_add(new_blocks);
+            }
+        }
+        let selection = policy
+            .select(selector, &request, rows)
+            .map_err(RouteError::Select)?;
+        let chosen = &rows[selection.row];
+        let prefill = request
+            .prompt_tokens
+            .saturating_sub(selection.cached_tokens);
+        let new_blocks = blocks.saturating_sub(u64::from(chosen.cache().device_blocks));
+        self.ledger
+            .book(id, selection.worker, prefill, new_blocks)
+            .map_err(RouteError::Ledger)?;
+        Ok(selection)
+    }
+}
