@@ -33,7 +33,7 @@ fn lookup(c: &mut Criterion) {
     let mut overlaps = Overlaps::<1>::new();
     let mut rows: Vec<Row> = (0..64).map(|w| Row::new(WorkerKey::new(w, 0))).collect();
     c.bench_function("index/lookup/256-blocks/64-workers", |b| {
-        b.iter(|| index.query(black_box(&prompt), &mut overlaps))
+        b.iter(|| index.query(black_box(&prompt), &mut overlaps));
     });
     c.bench_function("index/lookup+fill-rows/256-blocks/64-workers", |b| {
         b.iter(|| {
@@ -43,43 +43,49 @@ fn lookup(c: &mut Criterion) {
     });
 }
 
-/// Stored events of 16 blocks for 64 workers into a 2^20-slot table at steady state (evicting),
-/// interleaved with removals of half of them.
+/// Stored events of 16 blocks from 64 workers, half of them followed by a removal of 8 blocks,
+/// at steady state (the table full, evicting): into a 2^16-slot table (3 MiB, cache-resident) and a
+/// 2^20-slot table (48 MiB, mostly cache misses).
 fn ingest(c: &mut Criterion) {
-    let mut index = PrefixIndex::<_, _, 1>::new(
-        vec![BlockSlot::<1>::empty(); 1 << 20],
-        vec![WorkerSlot::empty(); 128],
-    )
-    .unwrap();
-    let mut next = 0u64;
     let mut group = c.benchmark_group("index/ingest");
     group.throughput(Throughput::Elements(16 * 1024));
-    group.bench_function("stored+removed-16-block-events", |b| {
-        b.iter(|| {
-            for e in 0..1024u64 {
-                let base = next * 16;
-                let hashes: [u64; 16] = std::array::from_fn(|i| base + i as u64);
-                let worker = WorkerKey::new(e % 64, 0);
-                index
-                    .apply(&KvEvent::Stored {
-                        worker,
-                        tier: Tier::Device,
-                        hashes: &hashes,
-                    })
-                    .unwrap();
-                if e % 2 == 1 {
-                    index
-                        .apply(&KvEvent::Removed {
-                            worker,
-                            tier: Tier::Device,
-                            hashes: &hashes[8..],
-                        })
-                        .unwrap();
-                }
-                next += 1;
-            }
-        });
-    });
+    for log2 in [16u32, 20] {
+        let mut index = PrefixIndex::<_, _, 1>::new(
+            vec![BlockSlot::<1>::empty(); 1 << log2],
+            vec![WorkerSlot::empty(); 128],
+        )
+        .unwrap();
+        let mut next = 0u64;
+        group.bench_function(
+            BenchmarkId::new("stored+removed-16-block-events/table-slots-2^", log2),
+            |b| {
+                b.iter(|| {
+                    for e in 0..1024u64 {
+                        let base = next * 16;
+                        let hashes: [u64; 16] = std::array::from_fn(|i| base + i as u64);
+                        let worker = WorkerKey::new(e % 64, 0);
+                        index
+                            .apply(&KvEvent::Stored {
+                                worker,
+                                tier: Tier::Device,
+                                hashes: &hashes,
+                            })
+                            .unwrap();
+                        if e % 2 == 1 {
+                            index
+                                .apply(&KvEvent::Removed {
+                                    worker,
+                                    tier: Tier::Device,
+                                    hashes: &hashes[8..],
+                                })
+                                .unwrap();
+                        }
+                        next += 1;
+                    }
+                });
+            },
+        );
+    }
     group.finish();
 }
 

@@ -14,7 +14,7 @@
 //!
 //! All memory is given at construction (an array, or a boxed slice a host allocates once); nothing
 //! allocates afterwards. Workers get one bit each in a per-block mask of `WORDS` 64-bit words, so
-//! an index tracks up to `64 * WORDS` workers. The block table holds 7/8 of its slots.
+//! an index tracks up to `64 * WORDS` workers. The block table holds half as many blocks as it has slots.
 //!
 //! **When the block table is full**, storing a new block evicts the least recently stored block
 //! (every worker's copy of it, in every tier), and `evictions` counts it. Re-storing a block
@@ -325,7 +325,7 @@ where
     B: AsRef<[BlockSlot<WORDS>]> + AsMut<[BlockSlot<WORDS>]>,
     W: AsRef<[WorkerSlot]> + AsMut<[WorkerSlot]>,
 {
-    /// An empty index over `blocks` (a power-of-two slot count of at least 8; 7/8 usable) and
+    /// An empty index over `blocks` (a power-of-two slot count of at least 8; half of it usable) and
     /// `workers` (a power of two of at least `128 * WORDS` slots).
     ///
     /// # Errors
@@ -336,7 +336,7 @@ where
             assert!(
                 WORDS > 0,
                 "an index needs at least one word (64 workers) of worker bits"
-            )
+            );
         };
         let workers_len = workers.as_ref().len();
         if workers_len < 128 * WORDS {
@@ -411,53 +411,49 @@ where
     }
 
     fn store(&mut self, worker: WorkerKey, tier: Tier, hashes: &[u64]) -> Result<(), IndexError> {
-        let bit = match self.bit_of(worker) {
-            Some(bit) => bit,
-            None => {
-                let free = self
-                    .used_bits
-                    .iter()
-                    .enumerate()
-                    .find(|(_, w)| **w != u64::MAX);
-                let Some((word, bits)) = free else {
-                    self.counters.rejected_events += 1;
-                    return Err(IndexError::WorkersFull {
-                        worker,
-                        capacity: 64 * WORDS,
-                    });
-                };
-                #[allow(
-                    clippy::cast_possible_truncation,
-                    reason = "word < WORDS, a small array length"
-                )]
-                let bit = word as u32 * 64 + bits.trailing_ones();
-                if self.workers.insert(worker, bit).is_err() {
-                    // Cannot happen: the worker table has twice as many slots as worker bits.
-                    self.counters.rejected_events += 1;
-                    return Err(IndexError::WorkersFull {
-                        worker,
-                        capacity: 64 * WORDS,
-                    });
-                }
-                self.used_bits[word] |= 1 << bits.trailing_ones();
-                bit
+        let bit = if let Some(bit) = self.bit_of(worker) {
+            bit
+        } else {
+            let free = self
+                .used_bits
+                .iter()
+                .enumerate()
+                .find(|(_, w)| **w != u64::MAX);
+            let Some((word, bits)) = free else {
+                self.counters.rejected_events += 1;
+                return Err(IndexError::WorkersFull {
+                    worker,
+                    capacity: 64 * WORDS,
+                });
+            };
+            #[allow(
+                clippy::cast_possible_truncation,
+                reason = "word < WORDS, a small array length"
+            )]
+            let bit = word as u32 * 64 + bits.trailing_ones();
+            if self.workers.insert(worker, bit).is_err() {
+                // Cannot happen: the worker table has twice as many slots as worker bits.
+                self.counters.rejected_events += 1;
+                return Err(IndexError::WorkersFull {
+                    worker,
+                    capacity: 64 * WORDS,
+                });
             }
+            self.used_bits[word] |= 1 << bits.trailing_ones();
+            bit
         };
         let (word, mask) = ((bit / 64) as usize, 1u64 << (bit % 64));
         for &hash in hashes {
-            let i = match self.blocks.find(hash) {
-                Some(i) => {
-                    self.unlink(i);
-                    i
+            let i = if let Some(i) = self.blocks.find(hash) {
+                self.unlink(i);
+                i
+            } else {
+                if self.blocks.len() >= self.blocks.capacity() {
+                    self.evict_oldest();
                 }
-                None => {
-                    if self.blocks.len() >= self.blocks.capacity() {
-                        self.evict_oldest();
-                    }
-                    match self.blocks.insert(hash, BlockEntry::default()) {
-                        Ok(i) => i,
-                        Err(_) => continue, // unreachable: eviction made room
-                    }
+                match self.blocks.insert(hash, BlockEntry::default()) {
+                    Ok(i) => i,
+                    Err(_) => continue, // unreachable: eviction made room
                 }
             };
             self.blocks.value_mut(i).held[tier as usize][word] |= mask;
@@ -636,28 +632,25 @@ where
         block_size: u32,
     ) {
         for row in rows {
-            match self.overlap(overlaps, row.worker) {
-                Some([device, host, disk]) => {
-                    *row = row.with_cache(Cache::from_tiers(
-                        device,
-                        host,
-                        disk,
-                        host_weight,
-                        disk_weight,
-                        block_size,
-                    ));
-                }
-                None => {
-                    row.flags = RowFlags(row.flags.0 & !RowFlags::HAS_CACHE.0);
-                    *row = Row {
-                        device_blocks: 0,
-                        host_blocks: 0,
-                        disk_blocks: 0,
-                        effective_blocks: 0.0,
-                        effective_tokens: 0,
-                        ..*row
-                    };
-                }
+            if let Some([device, host, disk]) = self.overlap(overlaps, row.worker) {
+                *row = row.with_cache(Cache::from_tiers(
+                    device,
+                    host,
+                    disk,
+                    host_weight,
+                    disk_weight,
+                    block_size,
+                ));
+            } else {
+                row.flags = RowFlags(row.flags.0 & !RowFlags::HAS_CACHE.0);
+                *row = Row {
+                    device_blocks: 0,
+                    host_blocks: 0,
+                    disk_blocks: 0,
+                    effective_blocks: 0.0,
+                    effective_tokens: 0,
+                    ..*row
+                };
             }
         }
     }

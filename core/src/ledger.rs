@@ -13,7 +13,7 @@
 //!   counted.
 //!
 //! Storage is given at construction, as for the index: requests and workers in power-of-two
-//! slot tables (7/8 usable), tombstones in a ring. When the tombstone ring is full the oldest
+//! slot tables (half of each usable), tombstones in a ring. When the tombstone ring is full the oldest
 //! tombstone is forgotten (counted); a booking that arrives after its tombstone was forgotten
 //! would be applied.
 
@@ -188,7 +188,7 @@ where
     T: AsRef<[u64]> + AsMut<[u64]>,
 {
     /// An empty ledger over `requests` and `workers` (power-of-two slot counts of at least 8;
-    /// 7/8 usable) and a ring of `tombstones` (any length; 0 disables tombstones).
+    /// half usable) and a ring of `tombstones` (any length; 0 disables tombstones).
     ///
     /// # Errors
     ///
@@ -469,7 +469,7 @@ where
                         },
                     ),
                     Some((_, e)) if e.state & (PREFILL_DONE | FREED) != 0 => {
-                        self.counters.duplicate_events += 1
+                        self.counters.duplicate_events += 1;
                     }
                     Some(_) => {
                         let _ = self.prefill_complete(id);

@@ -4,7 +4,8 @@
 //! Storage is any `S: AsRef<[Slot<V>]> + AsMut<[Slot<V>]>`: an array for `no_std` statics, a
 //! `Box<[Slot<V>]>` or `Vec` on a host (built on the heap with `vec![Slot::EMPTY; n]`, so a large
 //! table never passes through the stack). The slot count must be a power of two; the table holds at
-//! most 7/8 of it, which keeps probe sequences short.
+//! most half of it: with linear probing, a lookup that misses probes about 2.5 slots at that load
+//! and about 32 at 7/8, so the spare half is what keeps ingest fast.
 
 use core::fmt;
 use core::marker::PhantomData;
@@ -88,7 +89,7 @@ impl fmt::Display for StorageError {
 
 impl core::error::Error for StorageError {}
 
-/// The table is full (7/8 of its slots are used).
+/// The table is full (half of its slots are used).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Full;
 
@@ -130,9 +131,9 @@ impl<K: TableKey, V: Copy + Default, S: AsRef<[Slot<K, V>]> + AsMut<[Slot<K, V>]
         })
     }
 
-    /// Most keys the table holds: 7/8 of the slots.
+    /// Most keys the table holds: half the slots.
     pub(crate) fn capacity(&self) -> usize {
-        self.slots.as_ref().len() / 8 * 7
+        self.slots.as_ref().len() / 2
     }
 
     #[inline]
@@ -216,10 +217,10 @@ impl<K: TableKey, V: Copy + Default, S: AsRef<[Slot<K, V>]> + AsMut<[Slot<K, V>]
             if !self.slots.as_ref()[j].used {
                 break;
             }
-            let home = self.home(self.slots.as_ref()[j].key);
-            // The entry at j may fill the hole if the hole lies on its probe path (home..=j).
-            let dist_hole = hole.wrapping_sub(home) & mask;
-            let dist_j = j.wrapping_sub(home) & mask;
+            let start = self.home(self.slots.as_ref()[j].key);
+            // The entry at j may fill the hole if the hole lies on its probe path (start..=j).
+            let dist_hole = hole.wrapping_sub(start) & mask;
+            let dist_j = j.wrapping_sub(start) & mask;
             if dist_hole <= dist_j {
                 let slots = self.slots.as_mut();
                 slots[hole] = slots[j];
@@ -248,7 +249,7 @@ mod tests {
             Table::new(vec![Slot::<u64, u32>::empty(); 16])
                 .unwrap()
                 .capacity(),
-            14
+            8
         );
     }
 
