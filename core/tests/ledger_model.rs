@@ -58,6 +58,7 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 300, ..ProptestConfig::default() })]
 
     #[test]
+    #[allow(clippy::map_entry, reason = "the model reads in the order the ledger decides: duplicate, worker, insert")]
     fn the_local_api_agrees_with_the_model(calls in prop::collection::vec(call(), 1..200)) {
         let mut l = ledger(8);
         let mut model: HashMap<u64, (u64, u64, u64, bool)> = HashMap::new();
