@@ -61,7 +61,8 @@ const NIL: u32 = u32::MAX;
 /// least-recently-stored list.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub struct BlockEntry<const WORDS: usize> {
-    held: [[u64; WORDS]; 3],
+    /// Holders per tier, then (row 3) the router's own unexpired predictions (approximate mode).
+    held: [[u64; WORDS]; 4],
     newer: u32,
     older: u32,
 }
@@ -69,7 +70,7 @@ pub struct BlockEntry<const WORDS: usize> {
 impl<const WORDS: usize> Default for BlockEntry<WORDS> {
     fn default() -> Self {
         Self {
-            held: [[0; WORDS]; 3],
+            held: [[0; WORDS]; 4],
             newer: NIL,
             older: NIL,
         }
@@ -406,42 +407,45 @@ where
         }
     }
 
-    fn bit_of(&self, worker: WorkerKey) -> Option<u32> {
+    pub(crate) fn bit_of(&self, worker: WorkerKey) -> Option<u32> {
         self.workers.find(worker).map(|i| *self.workers.value(i))
     }
 
-    fn store(&mut self, worker: WorkerKey, tier: Tier, hashes: &[u64]) -> Result<(), IndexError> {
-        let bit = if let Some(bit) = self.bit_of(worker) {
-            bit
-        } else {
-            let free = self
-                .used_bits
-                .iter()
-                .enumerate()
-                .find(|(_, w)| **w != u64::MAX);
-            let Some((word, bits)) = free else {
-                self.counters.rejected_events += 1;
-                return Err(IndexError::WorkersFull {
-                    worker,
-                    capacity: 64 * WORDS,
-                });
-            };
-            #[allow(
-                clippy::cast_possible_truncation,
-                reason = "word < WORDS, a small array length"
-            )]
-            let bit = word as u32 * 64 + bits.trailing_ones();
-            if self.workers.insert(worker, bit).is_err() {
-                // Cannot happen: the worker table has twice as many slots as worker bits.
-                self.counters.rejected_events += 1;
-                return Err(IndexError::WorkersFull {
-                    worker,
-                    capacity: 64 * WORDS,
-                });
-            }
-            self.used_bits[word] |= 1 << bits.trailing_ones();
-            bit
+    /// The worker's bit, assigning a free one to a new worker.
+    pub(crate) fn bit_for(&mut self, worker: WorkerKey) -> Result<u32, IndexError> {
+        if let Some(bit) = self.bit_of(worker) {
+            return Ok(bit);
+        }
+        let full = IndexError::WorkersFull {
+            worker,
+            capacity: 64 * WORDS,
         };
+        let Some((word, bits)) = self
+            .used_bits
+            .iter()
+            .enumerate()
+            .find(|(_, w)| **w != u64::MAX)
+        else {
+            self.counters.rejected_events += 1;
+            return Err(full);
+        };
+        #[allow(
+            clippy::cast_possible_truncation,
+            reason = "word < WORDS, a small array length"
+        )]
+        let bit = word as u32 * 64 + bits.trailing_ones();
+        if self.workers.insert(worker, bit).is_err() {
+            // Cannot happen: the worker table has twice as many slots as worker bits.
+            self.counters.rejected_events += 1;
+            return Err(full);
+        }
+        self.used_bits[word] |= 1 << bits.trailing_ones();
+        Ok(bit)
+    }
+
+    /// Sets `bit` in row `row` (a tier, or 3 for predictions) of each block, inserting blocks
+    /// (evicting the oldest when full) and refreshing them.
+    pub(crate) fn set_bits(&mut self, row: usize, bit: u32, hashes: &[u64]) {
         let (word, mask) = ((bit / 64) as usize, 1u64 << (bit % 64));
         for &hash in hashes {
             let i = if let Some(i) = self.blocks.find(hash) {
@@ -456,9 +460,28 @@ where
                     Err(_) => continue, // unreachable: eviction made room
                 }
             };
-            self.blocks.value_mut(i).held[tier as usize][word] |= mask;
+            self.blocks.value_mut(i).held[row][word] |= mask;
             self.link_newest(i);
         }
+    }
+
+    /// Clears `bit` in row `row` of block `hash`, deleting the block when nobody holds it;
+    /// returns whether the block was present.
+    pub(crate) fn clear_bit(&mut self, row: usize, bit: u32, hash: u64) -> bool {
+        let Some(i) = self.blocks.find(hash) else {
+            return false;
+        };
+        let entry = self.blocks.value_mut(i);
+        entry.held[row][(bit / 64) as usize] &= !(1u64 << (bit % 64));
+        if entry.is_empty() {
+            self.delete(i);
+        }
+        true
+    }
+
+    fn store(&mut self, worker: WorkerKey, tier: Tier, hashes: &[u64]) -> Result<(), IndexError> {
+        let bit = self.bit_for(worker)?;
+        self.set_bits(tier as usize, bit, hashes);
         Ok(())
     }
 
@@ -467,16 +490,9 @@ where
             self.counters.ignored_events += 1;
             return;
         };
-        let (word, mask) = ((bit / 64) as usize, 1u64 << (bit % 64));
         for &hash in hashes {
-            let Some(i) = self.blocks.find(hash) else {
+            if !self.clear_bit(tier as usize, bit, hash) {
                 self.counters.ignored_events += 1;
-                continue;
-            };
-            let entry = self.blocks.value_mut(i);
-            entry.held[tier as usize][word] &= !mask;
-            if entry.is_empty() {
-                self.delete(i);
             }
         }
     }
@@ -586,20 +602,24 @@ where
                 break;
             };
             let held = &self.blocks.value(i).held;
-            let mut any = 0;
+            let (mut any, mut real) = (0, 0);
             let (mut device, mut host, mut disk) = ([0; WORDS], [0; WORDS], [0; WORDS]);
             for w in 0..WORDS {
-                active[w] &= held[0][w] | held[1][w] | held[2][w];
-                device[w] = active[w] & held[0][w];
-                host[w] = active[w] & held[1][w] & !held[0][w];
-                disk[w] = active[w] & held[2][w] & !held[0][w] & !held[1][w];
+                // A prediction (row 3) counts as device memory: the router sent the prefix there.
+                let fast = held[0][w] | held[3][w];
+                real |= held[0][w] | held[1][w] | held[2][w];
+                active[w] &= fast | held[1][w] | held[2][w];
+                device[w] = active[w] & fast;
+                host[w] = active[w] & held[1][w] & !fast;
+                disk[w] = active[w] & held[2][w] & !fast & !held[1][w];
                 any |= active[w];
+            }
+            if n == 0 {
+                // Tier matches come from KV events only, not from predictions.
+                out.has_tier_matches = real != 0;
             }
             if any == 0 {
                 break;
-            }
-            if n == 0 {
-                out.has_tier_matches = true;
             }
             out.matched = n + 1;
             out.add(0, &device);

@@ -93,6 +93,7 @@ mod inputs;
 mod ledger;
 mod math;
 mod policy;
+mod predict;
 pub mod rng;
 mod router;
 mod table;
@@ -113,6 +114,7 @@ pub use ledger::{
     WorkerLoad,
 };
 pub use policy::{MAX_SCORERS, Policy, PolicyError, SelectError, Selection, Selector};
+pub use predict::{PredictionKey, PredictionRecord, PredictionSlot, Predictions};
 pub use rng::{RandomSource, WyRand};
 pub use router::{RouteError, Router};
 pub use table::{Slot, StorageError, TableKey};

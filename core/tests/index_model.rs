@@ -261,3 +261,121 @@ fn many_workers_and_long_prefixes_count_exactly() {
     }
     assert_eq!(overlaps.longest(), 255);
 }
+
+#[derive(Debug, Clone)]
+enum Approx {
+    Record(u64, Vec<u64>, u64),
+    Query(Vec<u64>, u64),
+}
+
+fn approx_op() -> impl Strategy<Value = Approx> {
+    let hashes = prop::collection::vec(0u64..20, 1..6);
+    prop_oneof![
+        (0u64..4, hashes.clone(), 0u64..50).prop_map(|(w, h, dt)| Approx::Record(w, h, dt)),
+        (hashes, 0u64..50).prop_map(|(h, dt)| Approx::Query(h, dt)),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 200, ..ProptestConfig::default() })]
+
+    #[test]
+    fn approximate_mode_agrees_with_the_model(ops in prop::collection::vec(approx_op(), 1..200)) {
+        use libroute_core::{PredictionRecord, PredictionSlot, Predictions};
+        let ttl = 100;
+        let mut index = PrefixIndex::<_, _, 1>::new(vec![BlockSlot::<1>::empty(); 256], vec![WorkerSlot::empty(); 128]).unwrap();
+        let mut predictions = Predictions::new(vec![PredictionSlot::empty(); 2048], vec![PredictionRecord::default(); 1024], ttl).unwrap();
+        let mut model: HashMap<(u64, u64), u64> = HashMap::new();
+        let mut now = 0u64;
+        let mut overlaps = Overlaps::<1>::new();
+        for op in ops {
+            match op {
+                Approx::Record(w, h, dt) => {
+                    now += dt;
+                    predictions.record(&mut index, WorkerKey::new(w, 0), &h, now).unwrap();
+                    for hash in h {
+                        model.insert((hash, w), now + ttl);
+                    }
+                }
+                Approx::Query(h, dt) => {
+                    now += dt;
+                    predictions.expire(&mut index, now);
+                    index.query(&h, &mut overlaps);
+                    prop_assert!(!overlaps.has_tier_matches());
+                    for w in 0..4 {
+                        let live = h.iter().take_while(|hash| model.get(&(**hash, w)).is_some_and(|e| *e > now)).count();
+                        let got = index.overlap(&overlaps, WorkerKey::new(w, 0)).unwrap_or([0; 3]);
+                        prop_assert_eq!(got, [u32::try_from(live).unwrap(), 0, 0], "worker {} at {}", w, now);
+                    }
+                }
+            }
+        }
+        prop_assert_eq!(predictions.forced_expiries(), 0);
+    }
+}
+
+#[test]
+fn a_full_prediction_ring_expires_the_oldest_early() {
+    use libroute_core::{PredictionRecord, PredictionSlot, Predictions};
+    let mut index = PrefixIndex::<_, _, 1>::new(
+        vec![BlockSlot::<1>::empty(); 64],
+        vec![WorkerSlot::empty(); 128],
+    )
+    .unwrap();
+    let mut predictions = Predictions::new(
+        vec![PredictionSlot::empty(); 64],
+        vec![PredictionRecord::default(); 4],
+        1000,
+    )
+    .unwrap();
+    let w = WorkerKey::new(1, 0);
+    predictions.record(&mut index, w, &[1, 2, 3, 4], 0).unwrap();
+    predictions.record(&mut index, w, &[5, 6], 1).unwrap();
+    assert_eq!(predictions.forced_expiries(), 2);
+    let mut overlaps = Overlaps::<1>::new();
+    index.query(&[3, 4, 5, 6], &mut overlaps);
+    assert_eq!(index.overlap(&overlaps, w), Some([4, 0, 0]));
+    index.query(&[1], &mut overlaps);
+    assert_eq!(
+        index.overlap(&overlaps, w),
+        Some([0, 0, 0]),
+        "block 1 expired early"
+    );
+}
+
+#[test]
+fn kv_events_and_predictions_combine() {
+    use libroute_core::{PredictionRecord, PredictionSlot, Predictions};
+    let mut index = PrefixIndex::<_, _, 1>::new(
+        vec![BlockSlot::<1>::empty(); 64],
+        vec![WorkerSlot::empty(); 128],
+    )
+    .unwrap();
+    let mut predictions = Predictions::new(
+        vec![PredictionSlot::empty(); 64],
+        vec![PredictionRecord::default(); 16],
+        10,
+    )
+    .unwrap();
+    let w = WorkerKey::new(1, 0);
+    index
+        .apply(&KvEvent::Stored {
+            worker: w,
+            tier: Tier::Host,
+            hashes: &[1],
+        })
+        .unwrap();
+    predictions.record(&mut index, w, &[1, 2], 0).unwrap();
+    let mut overlaps = Overlaps::<1>::new();
+    index.query(&[1, 2], &mut overlaps);
+    // Block 1 is predicted (device) and held in host memory: the faster counts.
+    assert_eq!(index.overlap(&overlaps, w), Some([2, 0, 0]));
+    assert!(overlaps.has_tier_matches());
+    predictions.expire(&mut index, 10);
+    index.query(&[1, 2], &mut overlaps);
+    assert_eq!(
+        index.overlap(&overlaps, w),
+        Some([0, 1, 0]),
+        "the KV event outlives the prediction"
+    );
+}
