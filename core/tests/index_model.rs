@@ -2,88 +2,15 @@
 //! streams that include eviction (a small table), repeated and out-of-order events, removals of
 //! unknown blocks, clears and worker removals.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
+
+mod common;
+use common::Model;
 
 use libroute_core::{
     BlockSlot, IndexError, KvEvent, Overlaps, PrefixIndex, Row, Tier, WorkerKey, WorkerSlot,
 };
 use proptest::prelude::*;
-
-/// The model: block -> worker -> tiers held, and blocks in store order (oldest first).
-#[derive(Default)]
-struct Model {
-    held: HashMap<u64, HashMap<WorkerKey, HashSet<usize>>>,
-    recency: Vec<u64>,
-    capacity: usize,
-    evictions: u64,
-}
-
-impl Model {
-    fn touch(&mut self, hash: u64) {
-        self.recency.retain(|h| *h != hash);
-        self.recency.push(hash);
-    }
-
-    fn forget(&mut self, hash: u64) {
-        self.held.remove(&hash);
-        self.recency.retain(|h| *h != hash);
-    }
-
-    fn store(&mut self, worker: WorkerKey, tier: usize, hashes: &[u64]) {
-        for &h in hashes {
-            if !self.held.contains_key(&h) && self.held.len() >= self.capacity {
-                let oldest = self.recency[0];
-                self.forget(oldest);
-                self.evictions += 1;
-            }
-            self.held
-                .entry(h)
-                .or_default()
-                .entry(worker)
-                .or_default()
-                .insert(tier);
-            self.touch(h);
-        }
-    }
-
-    fn remove(&mut self, worker: WorkerKey, tier: usize, hashes: &[u64]) {
-        for &h in hashes {
-            if let Some(workers) = self.held.get_mut(&h) {
-                if let Some(tiers) = workers.get_mut(&worker) {
-                    tiers.remove(&tier);
-                    if tiers.is_empty() {
-                        workers.remove(&worker);
-                    }
-                }
-                if workers.is_empty() {
-                    self.forget(h);
-                }
-            }
-        }
-    }
-
-    fn clear(&mut self, worker: WorkerKey) {
-        let hashes: Vec<u64> = self.held.keys().copied().collect();
-        for h in hashes {
-            self.remove(worker, 0, &[h]);
-            self.remove(worker, 1, &[h]);
-            self.remove(worker, 2, &[h]);
-        }
-    }
-
-    /// (device, host, disk) for `worker` over `hashes`.
-    fn overlap(&self, worker: WorkerKey, hashes: &[u64]) -> [u32; 3] {
-        let mut counts = [0; 3];
-        for h in hashes {
-            let Some(tiers) = self.held.get(h).and_then(|w| w.get(&worker)) else {
-                break;
-            };
-            let best = *tiers.iter().min().expect("non-empty");
-            counts[best] += 1;
-        }
-        counts
-    }
-}
 
 #[derive(Debug, Clone)]
 enum Op {

@@ -4,6 +4,9 @@
 
 use std::collections::HashMap;
 
+mod common;
+use common::LedgerModel;
+
 use libroute_core::{
     Ledger, LedgerError, LedgerEvent, LoadSlot, RequestSlot, WorkerKey, WorkerLoad,
 };
@@ -26,15 +29,11 @@ fn ledger(tombstones: usize) -> TestLedger {
 
 /// The load the model's requests put on `worker`.
 fn model_load(model: &HashMap<u64, (u64, u64, u64, bool)>, worker: u64) -> WorkerLoad {
-    let mut load = WorkerLoad::default();
-    for &(w, prefill, blocks, done) in model.values() {
-        if w == worker {
-            load.active_prefill_tokens += if done { 0 } else { prefill };
-            load.active_decode_blocks += blocks;
-            load.active_requests += 1;
-        }
+    LedgerModel {
+        requests: model.clone(),
+        ..LedgerModel::default()
     }
-    load
+    .load(worker)
 }
 
 #[derive(Debug, Clone)]
