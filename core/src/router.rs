@@ -6,6 +6,7 @@ use crate::index::{BlockSlot, Overlaps, PrefixIndex, WorkerSlot};
 use crate::inputs::WorkerInputs;
 use crate::ledger::{Ledger, LedgerError, LoadSlot, RequestSlot};
 use crate::policy::{Policy, SelectError, Selection, Selector};
+use crate::predict::{PredictionRecord, PredictionSlot, Predictions};
 use crate::types::{Request, Row, RowFlags};
 use crate::{Filters, Picker, Scorers};
 
@@ -148,6 +149,39 @@ where
         self.ledger
             .book(id, selection.worker, prefill, new_blocks)
             .map_err(RouteError::Ledger)?;
+        Ok(selection)
+    }
+
+    /// [`Router::route`] for approximate mode (no KV events): expires the predictions due at
+    /// `now`, routes, and records the request's blocks as predicted on the chosen worker. `now`
+    /// is in the unit of the predictions' TTL; the core reads no clock.
+    ///
+    /// # Errors
+    ///
+    /// As [`Router::route`]. A worker the index cannot take (every worker bit in use) is booked
+    /// but not predicted, and the index counts the refusal.
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "route's arguments plus the predictions and the time"
+    )]
+    pub fn route_predicting<F: Filters, S: Scorers, P: Picker, M, Q, const N: usize>(
+        &mut self,
+        predictions: &mut Predictions<M, Q>,
+        policy: &Policy<F, S, P>,
+        selector: &mut Selector<N>,
+        request: &Request<'_>,
+        hashes: &[u64],
+        rows: &mut [Row],
+        id: u64,
+        now: u64,
+    ) -> Result<Selection, RouteError>
+    where
+        M: AsRef<[PredictionSlot]> + AsMut<[PredictionSlot]>,
+        Q: AsRef<[PredictionRecord]> + AsMut<[PredictionRecord]>,
+    {
+        predictions.expire(&mut self.index, now);
+        let selection = self.route(policy, selector, request, hashes, rows, id)?;
+        let _ = predictions.record(&mut self.index, selection.worker, hashes, now);
         Ok(selection)
     }
 }

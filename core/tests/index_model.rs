@@ -306,3 +306,80 @@ fn kv_events_and_predictions_combine() {
         "the KV event outlives the prediction"
     );
 }
+
+#[test]
+fn routing_in_approximate_mode_follows_its_own_predictions() {
+    use libroute_core::{
+        DefaultKnobs, Ledger, LoadSlot, PredictionRecord, PredictionSlot, Predictions, Request,
+        RequestSlot, Router, Selector,
+    };
+    let index = PrefixIndex::<_, _, 1>::new(
+        vec![BlockSlot::<1>::empty(); 256],
+        vec![WorkerSlot::empty(); 128],
+    )
+    .unwrap();
+    let ledger = Ledger::new(
+        vec![RequestSlot::empty(); 64],
+        vec![LoadSlot::empty(); 16],
+        vec![0u64; 16],
+    )
+    .unwrap();
+    let mut router = Router::new(index, ledger, 0.75, 0.25);
+    let mut predictions = Predictions::new(
+        vec![PredictionSlot::empty(); 256],
+        vec![PredictionRecord::default(); 128],
+        1000,
+    )
+    .unwrap();
+    for w in 0..4 {
+        router.ledger.add_worker(WorkerKey::new(w, 0)).unwrap();
+    }
+    let policy = DefaultKnobs::default().build().unwrap();
+    let mut selector = Selector::<8>::new();
+    let prompt: Vec<u64> = (500..516).collect();
+    let mut rows: Vec<Row> = (0..4).map(|w| Row::new(WorkerKey::new(w, 0))).collect();
+    let req = Request::new(256, 16);
+    let first = router
+        .route_predicting(
+            &mut predictions,
+            &policy,
+            &mut selector,
+            &req,
+            &prompt,
+            &mut rows,
+            1,
+            0,
+        )
+        .unwrap();
+    router.ledger.free(1).unwrap();
+    // The same prefix goes back to the same worker while the prediction lives...
+    let again = router
+        .route_predicting(
+            &mut predictions,
+            &policy,
+            &mut selector,
+            &req,
+            &prompt,
+            &mut rows,
+            2,
+            500,
+        )
+        .unwrap();
+    assert_eq!(again.worker, first.worker);
+    assert_eq!(again.cached_tokens, 256);
+    router.ledger.free(2).unwrap();
+    // ...and after it expired (refreshed at 500, so at 1500) the cache credit is gone.
+    let late = router
+        .route_predicting(
+            &mut predictions,
+            &policy,
+            &mut selector,
+            &req,
+            &prompt,
+            &mut rows,
+            3,
+            1500,
+        )
+        .unwrap();
+    assert_eq!(late.cached_tokens, 0);
+}
