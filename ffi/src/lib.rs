@@ -480,7 +480,7 @@ type ComposedPolicy = Policy<AbiFilters, AbiScorers, DefaultPicker>;
 
 /// The policy behind a handle: the plain default policy keeps the core's monomorphized type (the
 /// same machine code as a Rust caller's), a policy with callbacks is composed dynamically.
-enum AbiPolicy {
+pub(crate) enum AbiPolicy {
     Default(DefaultPolicy),
     Composed(ComposedPolicy),
 }
@@ -530,7 +530,7 @@ pub struct libroute_selector {
 
 /// The selector's capacity tiers: a selector is a core `Selector<N>` for the smallest tier that
 /// holds the requested capacity.
-enum AnySelector {
+pub(crate) enum AnySelector {
     S16(Box<Selector<16>>),
     S64(Box<Selector<64>>),
     S256(Box<Selector<256>>),
@@ -551,9 +551,9 @@ macro_rules! with_selector {
 }
 
 /// The selector behind a handle, with the capacity the caller asked for.
-struct SelectorBox {
-    inner: AnySelector,
-    capacity: usize,
+pub(crate) struct SelectorBox {
+    pub(crate) inner: AnySelector,
+    pub(crate) capacity: usize,
 }
 
 /// Returns `$status` (with a detail message) if `$ptr` is NULL.
@@ -589,7 +589,7 @@ fn parse_config(json: &[u8]) -> Result<DefaultPolicyConfig, libroute_status> {
 /// # Safety
 ///
 /// A non-NULL `ptr` must point to `len` initialized `T` that stay valid and unchanged for `'a`.
-unsafe fn slice<'a, T>(ptr: *const T, len: usize) -> Option<&'a [T]> {
+pub(crate) unsafe fn slice<'a, T>(ptr: *const T, len: usize) -> Option<&'a [T]> {
     if len == 0 {
         Some(&[])
     } else if ptr.is_null() {
@@ -809,7 +809,7 @@ pub unsafe extern "C" fn libroute_policy_free(policy: *mut libroute_policy) {
 /// # Safety
 ///
 /// `policy` must be NULL or a live handle from `libroute_policy_new*`.
-unsafe fn policy_ref<'a>(policy: *const libroute_policy) -> Option<&'a AbiPolicy> {
+pub(crate) unsafe fn policy_ref<'a>(policy: *const libroute_policy) -> Option<&'a AbiPolicy> {
     // SAFETY: a live handle points to an `AbiPolicy` (it was created as one).
     unsafe { policy.cast::<AbiPolicy>().as_ref() }
 }
@@ -945,7 +945,7 @@ pub unsafe extern "C" fn libroute_selector_reset_seeded(
     })
 }
 
-fn select_error(e: &SelectError) -> libroute_status {
+pub(crate) fn select_error(e: &SelectError) -> libroute_status {
     let status = libroute_status::from(e);
     match e {
         SelectError::FilterFailed { filter, error } if error.code == UNDEFINED_VERDICT => fail(
@@ -1065,7 +1065,7 @@ pub unsafe extern "C" fn libroute_select(
 /// # Safety
 ///
 /// The request's `preferred_taints` and `shared_hits` must be valid for their lengths.
-unsafe fn core_request<'a>(
+pub(crate) unsafe fn core_request<'a>(
     request: &'a libroute_request,
     preferred: &'a mut [PreferredTaint],
 ) -> Result<Request<'a>, libroute_status> {
@@ -1127,7 +1127,7 @@ unsafe fn core_request<'a>(
     Ok(core)
 }
 
-fn to_c(s: &Selection) -> libroute_selection {
+pub(crate) fn to_c(s: &Selection) -> libroute_selection {
     let (reason, ties, probability) = match s.reason {
         PickReason::Pinned => (libroute_reason::Pinned, 0, 1.0),
         PickReason::MinCost { ties } => (libroute_reason::MinCost, ties, 0.0),
@@ -1275,6 +1275,10 @@ pub unsafe extern "C" fn libroute_last_error(
 pub extern "C" fn libroute_version() -> *const c_char {
     VERSION.as_ptr().cast()
 }
+
+// After the macros above, which it uses.
+mod host;
+pub use host::*;
 
 #[cfg(test)]
 mod tests;

@@ -12,6 +12,7 @@ use libroute_core::{ConfigError, SelectError};
 /// - 100-199: the arguments of the call (NULL pointers, enum values, buffer and capacity sizes).
 /// - 200-299: policy configuration.
 /// - 300-399: the selection itself.
+/// - 400-499: the load ledger.
 /// - 900: a panic inside libroute (a bug), caught at the boundary.
 ///
 /// `libroute_status_message` gives each code's text; `libroute_last_error` gives the detail of the
@@ -72,13 +73,20 @@ pub enum libroute_status {
     ScorerFailed = 313,
     /// The picker reported an error.
     PickerFailed = 314,
+    /// The request id is already booked.
+    DuplicateRequest = 400,
+    /// No booked request has this id (never booked, already freed, or, for a prefill
+    /// completion, already completed).
+    UnknownRequest = 401,
+    /// The worker is not registered with the ledger.
+    UnknownWorker = 402,
     /// libroute panicked (a bug); the call had no effect that the caller can observe.
     Panic = 900,
 }
 
 impl libroute_status {
     /// Every status, for the message table and its tests.
-    pub const ALL: [libroute_status; 25] = [
+    pub const ALL: [libroute_status; 28] = [
         Self::Ok,
         Self::NullArgument,
         Self::InvalidArgument,
@@ -103,6 +111,9 @@ impl libroute_status {
         Self::FilterFailed,
         Self::ScorerFailed,
         Self::PickerFailed,
+        Self::DuplicateRequest,
+        Self::UnknownRequest,
+        Self::UnknownWorker,
         Self::Panic,
     ];
 
@@ -143,6 +154,9 @@ impl libroute_status {
             Self::FilterFailed => "a filter failed",
             Self::ScorerFailed => "a scorer failed",
             Self::PickerFailed => "the picker failed",
+            Self::DuplicateRequest => "the request id is already booked",
+            Self::UnknownRequest => "no booked request has this id",
+            Self::UnknownWorker => "the worker is not registered with the ledger",
             Self::Panic => "libroute panicked (a bug): the call had no effect",
         }
     }

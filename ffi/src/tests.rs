@@ -607,3 +607,86 @@ fn a_panic_inside_becomes_a_status() {
     assert_eq!(rc, libroute_status::Panic);
     assert_eq!(last_error(), "libroute panicked: boom");
 }
+
+#[test]
+fn the_router_indexes_routes_books_and_frees() {
+    let config = libroute_router_config {
+        block_slots: 64,
+        max_workers: 64,
+        request_slots: 32,
+        tombstones: 8,
+        prediction_slots: 0,
+        prediction_ttl: 0,
+        host_weight: 0.75,
+        disk_weight: 0.25,
+    };
+    let mut router = ptr::null_mut();
+    // SAFETY: a valid config and out-pointer.
+    let rc = unsafe { libroute_router_new(&raw const config, &raw mut router) };
+    assert_eq!(rc, libroute_status::Ok);
+    let policy = new_policy("").unwrap();
+    let selector = new_selector(4);
+    let hashes = [1u64, 2, 3, 4];
+    let event = libroute_kv_event {
+        kind: libroute_kv_kind::Stored as u32,
+        worker: libroute_worker {
+            worker_id: 2,
+            dp_rank: 0,
+        },
+        tier: 0,
+        hashes: hashes.as_ptr(),
+        hashes_len: hashes.len(),
+    };
+    let mut rows = [row(1, 0, 0), row(2, 0, 0)];
+    // SAFETY: `libroute_selection` and the counters are plain data.
+    let (mut out, mut counters): (libroute_selection, libroute_router_counters) =
+        unsafe { (std::mem::zeroed(), std::mem::zeroed()) };
+    let req = request(64);
+    // SAFETY: live handles and valid arrays throughout.
+    unsafe {
+        for id in [1, 2] {
+            assert_eq!(
+                libroute_router_add_worker(
+                    router,
+                    libroute_worker {
+                        worker_id: id,
+                        dp_rank: 0
+                    }
+                ),
+                libroute_status::Ok
+            );
+        }
+        assert_eq!(
+            libroute_router_apply_kv_events(router, &raw const event, 1),
+            libroute_status::Ok
+        );
+        let rc = libroute_router_route(
+            router,
+            policy,
+            selector,
+            &raw const req,
+            hashes.as_ptr(),
+            4,
+            rows.as_mut_ptr(),
+            2,
+            9,
+            0,
+            &raw mut out,
+        );
+        assert_eq!(rc, libroute_status::Ok);
+        assert_eq!((out.worker.worker_id, out.cached_tokens), (2, 64));
+        assert_eq!(
+            libroute_router_get_counters(router, &raw mut counters),
+            libroute_status::Ok
+        );
+        assert_eq!((counters.blocks, counters.active_requests), (4, 1));
+        assert_eq!(libroute_router_free_request(router, 9), libroute_status::Ok);
+        assert_eq!(
+            libroute_router_free_request(router, 9),
+            libroute_status::UnknownRequest
+        );
+        libroute_router_free(router);
+        libroute_selector_free(selector);
+        libroute_policy_free(policy);
+    }
+}

@@ -49,7 +49,7 @@ fn row_from(bits: &[u64; 10]) -> libroute_row {
 
 fn known(status: libroute_status) -> bool {
     let code = status as u32;
-    code == 0 || (100..=103).contains(&code) || (200..=203).contains(&code) || (300..=314).contains(&code) || code == 900
+    code == 0 || (100..=103).contains(&code) || (200..=203).contains(&code) || (300..=314).contains(&code) || (400..=402).contains(&code) || code == 900
 }
 
 fuzz_target!(|data: &[u8]| {

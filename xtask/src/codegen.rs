@@ -79,10 +79,16 @@ pub(crate) fn header() -> Result<String> {
     };
     config.enumeration.prefix_with_name = true;
     config.enumeration.rename_variants = cbindgen::RenameRule::ScreamingSnakeCase;
-    config.export.include = ["libroute_role", "libroute_reason", "libroute_verdict"]
-        .iter()
-        .map(|s| (*s).to_owned())
-        .collect();
+    config.export.include = [
+        "libroute_role",
+        "libroute_reason",
+        "libroute_verdict",
+        "libroute_kv_kind",
+        "libroute_ledger_kind",
+    ]
+    .iter()
+    .map(|s| (*s).to_owned())
+    .collect();
     let mut out = Vec::new();
     cbindgen::Builder::new()
         .with_crate(root().join("ffi"))

@@ -71,6 +71,11 @@
 #define LIBROUTE_MAX_CAPACITY 4096
 
 /**
+ * The largest table `libroute_router_new` allocates, in slots (2^26).
+ */
+#define LIBROUTE_MAX_TABLE_SLOTS (1 << 26)
+
+/**
  * The result of every libroute call. `LIBROUTE_STATUS_OK` is 0, so `if (rc != 0)` tests for
  * failure. Values are grouped in ranges and never reused: a retired value stays reserved.
  *
@@ -78,6 +83,7 @@
  * - 100-199: the arguments of the call (NULL pointers, enum values, buffer and capacity sizes).
  * - 200-299: policy configuration.
  * - 300-399: the selection itself.
+ * - 400-499: the load ledger.
  * - 900: a panic inside libroute (a bug), caught at the boundary.
  *
  * `libroute_status_message` gives each code's text; `libroute_last_error` gives the detail of the
@@ -185,6 +191,19 @@ enum libroute_status
    * The picker reported an error.
    */
   LIBROUTE_STATUS_PICKER_FAILED = 314,
+  /**
+   * The request id is already booked.
+   */
+  LIBROUTE_STATUS_DUPLICATE_REQUEST = 400,
+  /**
+   * No booked request has this id (never booked, already freed, or, for a prefill
+   * completion, already completed).
+   */
+  LIBROUTE_STATUS_UNKNOWN_REQUEST = 401,
+  /**
+   * The worker is not registered with the ledger.
+   */
+  LIBROUTE_STATUS_UNKNOWN_WORKER = 402,
   /**
    * libroute panicked (a bug); the call had no effect that the caller can observe.
    */
@@ -294,11 +313,79 @@ typedef uint32_t libroute_verdict;
 #endif // __cplusplus
 
 /**
+ * Kinds of `libroute_kv_event`.
+ */
+enum libroute_kv_kind
+#if defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+  : uint32_t
+#endif // defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+ {
+  /**
+   * The worker stored `hashes` in `tier`.
+   */
+  LIBROUTE_KV_KIND_STORED = 0,
+  /**
+   * The worker removed `hashes` from `tier`.
+   */
+  LIBROUTE_KV_KIND_REMOVED = 1,
+  /**
+   * The worker dropped everything it cached.
+   */
+  LIBROUTE_KV_KIND_CLEARED = 2,
+  /**
+   * The worker left.
+   */
+  LIBROUTE_KV_KIND_WORKER_REMOVED = 3,
+};
+#ifndef __cplusplus
+#if __STDC_VERSION__ >= 202311L
+typedef enum libroute_kv_kind libroute_kv_kind;
+#else
+typedef uint32_t libroute_kv_kind;
+#endif // __STDC_VERSION__ >= 202311L
+#endif // __cplusplus
+
+/**
+ * Kinds of `libroute_ledger_event`.
+ */
+enum libroute_ledger_kind
+#if defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+  : uint32_t
+#endif // defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+ {
+  /**
+   * Another replica booked request `id` on `worker`.
+   */
+  LIBROUTE_LEDGER_KIND_BOOKED = 0,
+  /**
+   * Request `id` completed its prefill.
+   */
+  LIBROUTE_LEDGER_KIND_PREFILL_COMPLETE = 1,
+  /**
+   * Request `id` finished or was cancelled.
+   */
+  LIBROUTE_LEDGER_KIND_FREED = 2,
+};
+#ifndef __cplusplus
+#if __STDC_VERSION__ >= 202311L
+typedef enum libroute_ledger_kind libroute_ledger_kind;
+#else
+typedef uint32_t libroute_ledger_kind;
+#endif // __STDC_VERSION__ >= 202311L
+#endif // __cplusplus
+
+/**
  * An immutable policy: the default cost and picker configured by JSON, plus any custom filters
  * and scorers. Create with `libroute_policy_new` or `libroute_policy_new_default`; free with
  * `libroute_policy_free`.
  */
 typedef struct libroute_policy libroute_policy;
+
+/**
+ * The host's routing state: index, ledger, predictions. Create with `libroute_router_new`, free
+ * with `libroute_router_free`. Not thread-safe: use it from one thread at a time.
+ */
+typedef struct libroute_router libroute_router;
 
 /**
  * Per-thread selection scratch: buffers of a fixed capacity and the random stream. Create with
@@ -596,9 +683,156 @@ typedef struct libroute_selection {
 } libroute_selection;
 
 /**
+ * Sizes and weights of a router; every table's slot count is a power of two (at least 8), and a
+ * table holds at most half its slots.
+ */
+typedef struct libroute_router_config {
+  /**
+   * Slots of the block table (the index holds half as many blocks; the least recently stored
+   * is evicted beyond that).
+   */
+  size_t block_slots;
+  /**
+   * Most workers: 64, 256 or 1024.
+   */
+  size_t max_workers;
+  /**
+   * Slots of the ledger's request table (it books half as many requests).
+   */
+  size_t request_slots;
+  /**
+   * Tombstones kept for replica events that arrive before their booking (0 for none).
+   */
+  size_t tombstones;
+  /**
+   * Approximate mode: slots of the prediction map (0 turns approximate mode off).
+   */
+  size_t prediction_slots;
+  /**
+   * Approximate mode: how long a prediction lives, in the unit of `now` arguments.
+   */
+  uint64_t prediction_ttl;
+  /**
+   * Credit weight of a host-memory block in the accounting estimate (the policy's
+   * `host_cache_hit_weight`).
+   */
+  double host_weight;
+  /**
+   * Credit weight of a disk block (the policy's `disk_cache_hit_weight`).
+   */
+  double disk_weight;
+} libroute_router_config;
+
+/**
+ * A KV-cache event from a worker.
+ */
+typedef struct libroute_kv_event {
+  /**
+   * A `libroute_kv_kind` value.
+   */
+  uint32_t kind;
+  /**
+   * The worker.
+   */
+  struct libroute_worker worker;
+  /**
+   * A tier: 0 device, 1 host, 2 disk (ignored for `CLEARED` and `WORKER_REMOVED`).
+   */
+  uint32_t tier;
+  /**
+   * Chained block hashes (may be NULL when `hashes_len` is 0).
+   */
+  const uint64_t *hashes;
+  /**
+   * Number of hashes.
+   */
+  size_t hashes_len;
+} libroute_kv_event;
+
+/**
+ * A booking event relayed from another router replica.
+ */
+typedef struct libroute_ledger_event {
+  /**
+   * A `libroute_ledger_kind` value.
+   */
+  uint32_t kind;
+  /**
+   * The request id.
+   */
+  uint64_t id;
+  /**
+   * `BOOKED` only: the worker.
+   */
+  struct libroute_worker worker;
+  /**
+   * `BOOKED` only: prefill tokens booked.
+   */
+  uint64_t prefill_tokens;
+  /**
+   * `BOOKED` only: blocks booked.
+   */
+  uint64_t blocks;
+} libroute_ledger_event;
+
+/**
+ * What a router has done, for hosts to export.
+ */
+typedef struct libroute_router_counters {
+  /**
+   * Blocks in the index.
+   */
+  size_t blocks;
+  /**
+   * Workers the index knows.
+   */
+  size_t index_workers;
+  /**
+   * Blocks evicted to make room.
+   */
+  uint64_t evictions;
+  /**
+   * KV events refused (worker capacity).
+   */
+  uint64_t rejected_kv_events;
+  /**
+   * KV removals of unknown blocks or workers, ignored.
+   */
+  uint64_t ignored_kv_events;
+  /**
+   * Requests booked now.
+   */
+  size_t active_requests;
+  /**
+   * Workers the ledger knows.
+   */
+  size_t ledger_workers;
+  /**
+   * Replica events that repeated one already applied.
+   */
+  uint64_t duplicate_ledger_events;
+  /**
+   * Replica events that arrived after the event superseding them.
+   */
+  uint64_t late_ledger_events;
+  /**
+   * Replica events for unknown workers, ignored.
+   */
+  uint64_t unknown_worker_ledger_events;
+  /**
+   * Live predictions (approximate mode).
+   */
+  size_t predictions;
+  /**
+   * Predictions expired early because their storage was full.
+   */
+  uint64_t forced_prediction_expiries;
+} libroute_router_counters;
+
+/**
  * Every status, for the message table and its tests.
  */
-#define libroute_status_ALL { libroute_status_Ok, libroute_status_NullArgument, libroute_status_InvalidArgument, libroute_status_BufferTooSmall, libroute_status_CapacityExceeded, libroute_status_InvalidJson, libroute_status_UnknownKey, libroute_status_InvalidKnob, libroute_status_TooManyComponents, libroute_status_NoEndpoints, libroute_status_AllFiltered, libroute_status_AllOverloaded, libroute_status_InvalidRequest, libroute_status_InvalidRow, libroute_status_DuplicateWorker, libroute_status_PinNotAllowed, libroute_status_PinOverloaded, libroute_status_PinIneligible, libroute_status_NonFiniteCost, libroute_status_NonFiniteTotal, libroute_status_PickOutOfRange, libroute_status_FilterFailed, libroute_status_ScorerFailed, libroute_status_PickerFailed, libroute_status_Panic, }
+#define libroute_status_ALL { libroute_status_Ok, libroute_status_NullArgument, libroute_status_InvalidArgument, libroute_status_BufferTooSmall, libroute_status_CapacityExceeded, libroute_status_InvalidJson, libroute_status_UnknownKey, libroute_status_InvalidKnob, libroute_status_TooManyComponents, libroute_status_NoEndpoints, libroute_status_AllFiltered, libroute_status_AllOverloaded, libroute_status_InvalidRequest, libroute_status_InvalidRow, libroute_status_DuplicateWorker, libroute_status_PinNotAllowed, libroute_status_PinOverloaded, libroute_status_PinIneligible, libroute_status_NonFiniteCost, libroute_status_NonFiniteTotal, libroute_status_PickOutOfRange, libroute_status_FilterFailed, libroute_status_ScorerFailed, libroute_status_PickerFailed, libroute_status_DuplicateRequest, libroute_status_UnknownRequest, libroute_status_UnknownWorker, libroute_status_Panic, }
 
 #ifdef __cplusplus
 extern "C" {
@@ -781,6 +1015,157 @@ libroute_status libroute_last_error(char *buf, size_t len, size_t *out_n);
  * in a header of the same release. The string is static: do not free it.
  */
 const char *libroute_version(void);
+
+/**
+ * Creates a router from `config`. On success `*out` owns it: free it with
+ * `libroute_router_free`. All memory is allocated here; nothing allocates afterwards.
+ *
+ * Errors: `NULL_ARGUMENT`; `INVALID_ARGUMENT` (a slot count that is not a power of two of at
+ * least 8, `max_workers` other than 64, 256 or 1024, weights outside [0, 1] or not finite);
+ * `CAPACITY_EXCEEDED` (a table above `LIBROUTE_MAX_TABLE_SLOTS`).
+ *
+ * # Safety
+ *
+ * `config` must point to a valid config and `out` be valid for a pointer write.
+ */
+libroute_status libroute_router_new(const struct libroute_router_config *config,
+                                    struct libroute_router **out);
+
+/**
+ * Frees a router. `NULL` does nothing.
+ *
+ * # Safety
+ *
+ * `router` must be NULL or a live handle from `libroute_router_new`, not in use elsewhere.
+ */
+void libroute_router_free(struct libroute_router *router);
+
+/**
+ * Registers a worker with the ledger (the index learns workers from their KV events).
+ *
+ * Errors: `NULL_ARGUMENT`, `CAPACITY_EXCEEDED` (more workers than `max_workers`).
+ *
+ * # Safety
+ *
+ * `router` must be a live handle not used concurrently.
+ */
+libroute_status libroute_router_add_worker(struct libroute_router *router,
+                                           struct libroute_worker worker);
+
+/**
+ * Forgets a worker: its cached blocks leave the index and its load leaves the ledger.
+ *
+ * # Safety
+ *
+ * `router` must be a live handle not used concurrently.
+ */
+libroute_status libroute_router_remove_worker(struct libroute_router *router,
+                                              struct libroute_worker worker);
+
+/**
+ * Applies `events[0..len]` to the index, in order. Every event is checked first (kind, tier,
+ * NULL hashes); if one is invalid, none is applied. A `STORED` event of a new worker when the
+ * index already tracks `max_workers` is refused and counted (`rejected_kv_events`); the others
+ * are applied.
+ *
+ * # Safety
+ *
+ * `router` must be a live handle not used concurrently; `events` must point to `len` events
+ * whose `hashes` are valid for their lengths.
+ */
+libroute_status libroute_router_apply_kv_events(struct libroute_router *router,
+                                                const struct libroute_kv_event *events,
+                                                size_t len);
+
+/**
+ * Applies replica events `events[0..len]` to the ledger. Idempotent: late, repeated and
+ * reordered events are absorbed (and counted); events for unknown workers are ignored and
+ * counted. Every event's kind is checked first; if one is invalid, none is applied.
+ *
+ * # Safety
+ *
+ * `router` must be a live handle not used concurrently; `events` must point to `len` events.
+ */
+libroute_status libroute_router_apply_ledger_events(struct libroute_router *router,
+                                                    const struct libroute_ledger_event *events,
+                                                    size_t len);
+
+/**
+ * Books request `id` on `worker` (for hosts that select with `libroute_select` and book
+ * themselves).
+ *
+ * Errors: `DUPLICATE_REQUEST`, `UNKNOWN_WORKER`, `CAPACITY_EXCEEDED`; nothing changes.
+ *
+ * # Safety
+ *
+ * `router` must be a live handle not used concurrently.
+ */
+libroute_status libroute_router_book(struct libroute_router *router,
+                                     uint64_t id,
+                                     struct libroute_worker worker,
+                                     uint64_t prefill_tokens,
+                                     uint64_t blocks);
+
+/**
+ * Marks request `id`'s prefill complete.
+ *
+ * Errors: `UNKNOWN_REQUEST` (not booked, freed, or already completed); nothing changes.
+ *
+ * # Safety
+ *
+ * `router` must be a live handle not used concurrently.
+ */
+libroute_status libroute_router_prefill_complete(struct libroute_router *router, uint64_t id);
+
+/**
+ * Frees request `id` (finished or cancelled).
+ *
+ * Errors: `UNKNOWN_REQUEST` (not booked, or already freed); nothing changes.
+ *
+ * # Safety
+ *
+ * `router` must be a live handle not used concurrently.
+ */
+libroute_status libroute_router_free_request(struct libroute_router *router, uint64_t id);
+
+/**
+ * Does it all for one request: fills `rows` (the candidates, in the caller's memory) with the
+ * index's overlaps for `hashes` (the request's chained block hashes) and the ledger's loads,
+ * selects with `policy`, and books request `id` on the chosen worker. In approximate mode (a
+ * router with `prediction_slots`), predictions due at `now` expire first and the choice is
+ * recorded as a prediction. Writes `*out` on success.
+ *
+ * Errors: as `libroute_select`, plus `DUPLICATE_REQUEST` (checked before anything else),
+ * `UNKNOWN_WORKER` (the chosen worker is not registered) and `CAPACITY_EXCEEDED` (the ledger is
+ * full). Nothing is booked on any error.
+ *
+ * # Safety
+ *
+ * As `libroute_select` for `policy`, `selector`, `request`, `rows` and `out`; `router` must be a
+ * live handle not used concurrently; `hashes` must point to `hashes_len` values (NULL allowed
+ * for 0); `rows` is written (the CACHE and LOAD fields).
+ */
+libroute_status libroute_router_route(struct libroute_router *router,
+                                      const struct libroute_policy *policy,
+                                      struct libroute_selector *selector,
+                                      const struct libroute_request *request,
+                                      const uint64_t *hashes,
+                                      size_t hashes_len,
+                                      struct libroute_row *rows,
+                                      size_t rows_len,
+                                      uint64_t id,
+                                      uint64_t now,
+                                      struct libroute_selection *out);
+
+/**
+ * Writes the router's counters to `*out`.
+ *
+ * # Safety
+ *
+ * `router` must be a live handle; `out` valid for a write.
+ */
+libroute_status libroute_router_get_counters(struct libroute_router *router,
+                                             struct libroute_router_counters *out);
 
 #ifdef __cplusplus
 }  // extern "C"

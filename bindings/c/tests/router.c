@@ -1,0 +1,240 @@
+/* The host's state through the C ABI: KV events feed the index, the ledger books and frees,
+ * replica events arrive late and twice, one call routes; approximate mode follows its own
+ * predictions; and every bad input gets its documented status. Prints "N passed, N failed". */
+
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "libroute.h"
+
+static int passed, failed;
+
+#define CHECK(cond, what)                                     \
+  do {                                                        \
+    if (cond) {                                               \
+      passed++;                                               \
+    } else {                                                  \
+      failed++;                                               \
+      printf("FAILED %s:%d: %s\n", __FILE__, __LINE__, what); \
+    }                                                         \
+  } while (0)
+
+#define EXPECT_STATUS(call, status) CHECK((call) == (status), #call " == " #status)
+
+static libroute_worker worker(uint64_t id) {
+  libroute_worker w;
+  w.worker_id = id;
+  w.dp_rank = 0;
+  return w;
+}
+
+static libroute_router_config config(size_t prediction_slots) {
+  libroute_router_config c;
+  memset(&c, 0, sizeof c);
+  c.block_slots = 1024;
+  c.max_workers = 64;
+  c.request_slots = 256;
+  c.tombstones = 64;
+  c.prediction_slots = prediction_slots;
+  c.prediction_ttl = 1000;
+  c.host_weight = 0.75;
+  c.disk_weight = 0.25;
+  return c;
+}
+
+static libroute_request request(uint64_t prompt) {
+  libroute_request r;
+  memset(&r, 0, sizeof r);
+  r.prompt_tokens = prompt;
+  r.block_size = 16;
+  r.role = LIBROUTE_ROLE_AGGREGATED;
+  r.track_prefill_tokens = 1;
+  return r;
+}
+
+static libroute_router_counters counters(libroute_router *router) {
+  libroute_router_counters c;
+  memset(&c, 0, sizeof c);
+  libroute_router_get_counters(router, &c);
+  return c;
+}
+
+static void test_events_route_book_free(void) {
+  libroute_router_config cfg = config(0);
+  libroute_router *router = NULL;
+  libroute_policy *policy = NULL;
+  libroute_selector *selector = NULL;
+  uint64_t prompt[8] = {101, 102, 103, 104, 105, 106, 107, 108};
+  libroute_kv_event events[2];
+  libroute_row rows[4];
+  libroute_request req = request(128);
+  libroute_selection sel;
+  uint64_t w;
+  EXPECT_STATUS(libroute_router_new(&cfg, &router), LIBROUTE_STATUS_OK);
+  libroute_policy_new_default(&policy);
+  libroute_selector_new(16, 1, &selector);
+  for (w = 1; w <= 4; w++) EXPECT_STATUS(libroute_router_add_worker(router, worker(w)), LIBROUTE_STATUS_OK);
+
+  /* Worker 2 holds the whole prompt in device memory; worker 3 its first 4 blocks on the host. */
+  memset(events, 0, sizeof events);
+  events[0].kind = LIBROUTE_KV_KIND_STORED;
+  events[0].worker = worker(2);
+  events[0].tier = 0;
+  events[0].hashes = prompt;
+  events[0].hashes_len = 8;
+  events[1].kind = LIBROUTE_KV_KIND_STORED;
+  events[1].worker = worker(3);
+  events[1].tier = 1;
+  events[1].hashes = prompt;
+  events[1].hashes_len = 4;
+  EXPECT_STATUS(libroute_router_apply_kv_events(router, events, 2), LIBROUTE_STATUS_OK);
+  CHECK(counters(router).blocks == 8, "8 blocks indexed");
+
+  memset(rows, 0, sizeof rows);
+  for (w = 0; w < 4; w++) rows[w].worker = worker(w + 1);
+  EXPECT_STATUS(libroute_router_route(router, policy, selector, &req, prompt, 8, rows, 4, 77, 0, &sel), LIBROUTE_STATUS_OK);
+  CHECK(sel.worker.worker_id == 2 && sel.cached_tokens == 128, "the worker holding the prompt wins, fully cached");
+  CHECK(rows[2].host_blocks == 4 && rows[2].flags == (LIBROUTE_ROW_HAS_CACHE | LIBROUTE_ROW_HAS_LOAD), "rows were filled");
+  CHECK(counters(router).active_requests == 1, "the request is booked");
+  EXPECT_STATUS(libroute_router_route(router, policy, selector, &req, prompt, 8, rows, 4, 77, 0, &sel),
+                LIBROUTE_STATUS_DUPLICATE_REQUEST);
+  EXPECT_STATUS(libroute_router_prefill_complete(router, 77), LIBROUTE_STATUS_OK);
+  EXPECT_STATUS(libroute_router_prefill_complete(router, 77), LIBROUTE_STATUS_UNKNOWN_REQUEST);
+  EXPECT_STATUS(libroute_router_free_request(router, 77), LIBROUTE_STATUS_OK);
+  EXPECT_STATUS(libroute_router_free_request(router, 77), LIBROUTE_STATUS_UNKNOWN_REQUEST);
+  CHECK(counters(router).active_requests == 0, "nothing booked after the free");
+
+  /* Booking directly, and a worker the ledger does not know. */
+  EXPECT_STATUS(libroute_router_book(router, 5, worker(1), 100, 7), LIBROUTE_STATUS_OK);
+  EXPECT_STATUS(libroute_router_book(router, 5, worker(1), 100, 7), LIBROUTE_STATUS_DUPLICATE_REQUEST);
+  EXPECT_STATUS(libroute_router_book(router, 6, worker(9), 100, 7), LIBROUTE_STATUS_UNKNOWN_WORKER);
+  rows[0].worker = worker(9);
+  EXPECT_STATUS(libroute_router_route(router, policy, selector, &req, prompt, 8, rows, 1, 78, 0, &sel),
+                LIBROUTE_STATUS_UNKNOWN_WORKER);
+  CHECK(counters(router).active_requests == 1, "a failed route books nothing");
+
+  libroute_selector_free(selector);
+  libroute_policy_free(policy);
+  libroute_router_free(router);
+}
+
+static void test_replica_events(void) {
+  libroute_router_config cfg = config(0);
+  libroute_router *router = NULL;
+  libroute_ledger_event events[5];
+  libroute_router_counters c;
+  libroute_router_new(&cfg, &router);
+  libroute_router_add_worker(router, worker(1));
+  memset(events, 0, sizeof events);
+  /* Freed before Booked (reordered), and a booking relayed twice. */
+  events[0].kind = LIBROUTE_LEDGER_KIND_FREED;
+  events[0].id = 10;
+  events[1].kind = LIBROUTE_LEDGER_KIND_BOOKED;
+  events[1].id = 10;
+  events[1].worker = worker(1);
+  events[1].prefill_tokens = 500;
+  events[1].blocks = 9;
+  events[2] = events[1];
+  events[2].id = 11;
+  events[3] = events[2];
+  events[4].kind = LIBROUTE_LEDGER_KIND_BOOKED;
+  events[4].id = 12;
+  events[4].worker = worker(42);
+  EXPECT_STATUS(libroute_router_apply_ledger_events(router, events, 5), LIBROUTE_STATUS_OK);
+  c = counters(router);
+  CHECK(c.active_requests == 1, "only request 11 is active");
+  CHECK(c.late_ledger_events == 1 && c.duplicate_ledger_events == 1 && c.unknown_worker_ledger_events == 1,
+        "late, duplicate and unknown-worker events are counted");
+  EXPECT_STATUS(libroute_router_apply_ledger_events(router, events, 5), LIBROUTE_STATUS_OK);
+  CHECK(counters(router).active_requests == 1, "applying everything again changes nothing");
+  events[0].kind = 9;
+  EXPECT_STATUS(libroute_router_apply_ledger_events(router, events, 5), LIBROUTE_STATUS_INVALID_ARGUMENT);
+  libroute_router_free(router);
+}
+
+static void test_approximate_mode(void) {
+  libroute_router_config cfg = config(256);
+  libroute_router *router = NULL;
+  libroute_policy *policy = NULL;
+  libroute_selector *selector = NULL;
+  uint64_t prompt[4] = {7, 8, 9, 10};
+  libroute_row rows[3];
+  libroute_request req = request(64);
+  libroute_selection first, again, late;
+  uint64_t w;
+  libroute_router_new(&cfg, &router);
+  libroute_policy_new_default(&policy);
+  libroute_selector_new(4, 3, &selector);
+  memset(rows, 0, sizeof rows);
+  for (w = 0; w < 3; w++) {
+    libroute_router_add_worker(router, worker(w));
+    rows[w].worker = worker(w);
+  }
+  EXPECT_STATUS(libroute_router_route(router, policy, selector, &req, prompt, 4, rows, 3, 1, 0, &first), LIBROUTE_STATUS_OK);
+  libroute_router_free_request(router, 1);
+  CHECK(counters(router).predictions == 4, "the choice is recorded as 4 predicted blocks");
+  EXPECT_STATUS(libroute_router_route(router, policy, selector, &req, prompt, 4, rows, 3, 2, 500, &again), LIBROUTE_STATUS_OK);
+  libroute_router_free_request(router, 2);
+  CHECK(again.worker.worker_id == first.worker.worker_id && again.cached_tokens == 64, "the prediction is followed");
+  EXPECT_STATUS(libroute_router_route(router, policy, selector, &req, prompt, 4, rows, 3, 3, 1500, &late), LIBROUTE_STATUS_OK);
+  CHECK(late.cached_tokens == 0, "predictions expire after the TTL");
+  libroute_selector_free(selector);
+  libroute_policy_free(policy);
+  libroute_router_free(router);
+}
+
+static void test_bad_input(void) {
+  libroute_router_config cfg = config(0);
+  libroute_router *router = NULL;
+  libroute_kv_event e;
+  uint64_t w;
+  EXPECT_STATUS(libroute_router_new(NULL, &router), LIBROUTE_STATUS_NULL_ARGUMENT);
+  cfg.block_slots = 100;
+  EXPECT_STATUS(libroute_router_new(&cfg, &router), LIBROUTE_STATUS_INVALID_ARGUMENT);
+  cfg = config(0);
+  cfg.max_workers = 100;
+  EXPECT_STATUS(libroute_router_new(&cfg, &router), LIBROUTE_STATUS_INVALID_ARGUMENT);
+  cfg = config(0);
+  cfg.host_weight = 2.0;
+  EXPECT_STATUS(libroute_router_new(&cfg, &router), LIBROUTE_STATUS_INVALID_ARGUMENT);
+  cfg = config(0);
+  cfg.block_slots = (size_t)1 << 30;
+  EXPECT_STATUS(libroute_router_new(&cfg, &router), LIBROUTE_STATUS_CAPACITY_EXCEEDED);
+  CHECK(router == NULL, "no router was written");
+  cfg = config(0);
+  EXPECT_STATUS(libroute_router_new(&cfg, &router), LIBROUTE_STATUS_OK);
+
+  memset(&e, 0, sizeof e);
+  e.kind = 7;
+  EXPECT_STATUS(libroute_router_apply_kv_events(router, &e, 1), LIBROUTE_STATUS_INVALID_ARGUMENT);
+  e.kind = LIBROUTE_KV_KIND_STORED;
+  e.tier = 5;
+  EXPECT_STATUS(libroute_router_apply_kv_events(router, &e, 1), LIBROUTE_STATUS_INVALID_ARGUMENT);
+  e.tier = 0;
+  e.hashes_len = 3;
+  EXPECT_STATUS(libroute_router_apply_kv_events(router, &e, 1), LIBROUTE_STATUS_NULL_ARGUMENT);
+  EXPECT_STATUS(libroute_router_apply_kv_events(NULL, &e, 1), LIBROUTE_STATUS_NULL_ARGUMENT);
+  EXPECT_STATUS(libroute_router_apply_kv_events(router, NULL, 1), LIBROUTE_STATUS_NULL_ARGUMENT);
+  EXPECT_STATUS(libroute_router_add_worker(NULL, worker(1)), LIBROUTE_STATUS_NULL_ARGUMENT);
+
+  /* A 65th worker's KV event is refused and counted; the index keeps working. */
+  e.hashes_len = 1;
+  for (w = 0; w < 65; w++) {
+    e.worker = worker(w);
+    e.hashes = &w;
+    EXPECT_STATUS(libroute_router_apply_kv_events(router, &e, 1), LIBROUTE_STATUS_OK);
+  }
+  CHECK(counters(router).rejected_kv_events == 1 && counters(router).index_workers == 64, "worker capacity");
+  libroute_router_free(router);
+  libroute_router_free(NULL);
+}
+
+int main(void) {
+  test_events_route_book_free();
+  test_replica_events();
+  test_approximate_mode();
+  test_bad_input();
+  printf("%d passed, %d failed\n", passed, failed);
+  return failed == 0 ? 0 : 1;
+}
