@@ -12,7 +12,8 @@ use core::marker::PhantomData;
 
 use crate::types::WorkerKey;
 
-/// A key of a [`Table`]: compared exactly, hashed to a slot position.
+/// A key of the fixed-capacity tables behind the index and the ledger: compared exactly, hashed
+/// to a slot position.
 pub trait TableKey: Copy + Eq + Default {
     /// 64 well-mixed bits of the key.
     fn hash64(&self) -> u64;

@@ -223,11 +223,27 @@ fn check() -> Result {
 
 /// `cargo package` for every publishable crate, and a check of what each would ship.
 fn package() -> Result {
-    let mut args = vec!["package", "--workspace", "--allow-dirty"];
+    // Verify in a target directory of this run's own: cargo treats the packaged crates as
+    // immutable registry versions, so a `libroute-core 0.1.0` verified by an earlier run (its
+    // extracted source and its build) would otherwise be reused although the sources changed.
+    let unique = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    let target = root().join(format!("target/package-check-{unique}"));
+    let target_arg = target.display().to_string();
+    let mut args = vec![
+        "package",
+        "--workspace",
+        "--allow-dirty",
+        "--target-dir",
+        target_arg.as_str(),
+    ];
     for excluded in ["xtask", "libroute-benches"] {
         args.extend(["--exclude", excluded]);
     }
-    cargo(&args)?;
+    let result = cargo(&args);
+    let _ = std::fs::remove_dir_all(&target);
+    result?;
     for (krate, files) in PUBLISHABLE {
         let out = Command::new(env!("CARGO"))
             .args(["package", "--list", "--allow-dirty", "-p", krate])
