@@ -8,20 +8,8 @@
 #include <string.h>
 
 #include "libroute.h"
+#include "check.h"
 
-static int passed, failed;
-
-#define CHECK(cond, what)                                 \
-  do {                                                    \
-    if (cond) {                                           \
-      passed++;                                           \
-    } else {                                              \
-      failed++;                                           \
-      printf("FAILED %s:%d: %s\n", __FILE__, __LINE__, what); \
-    }                                                     \
-  } while (0)
-
-#define EXPECT_STATUS(call, status) CHECK((call) == (status), #call " == " #status)
 
 static const char *last_error(void) {
   static char buf[512];
@@ -316,6 +304,5 @@ int main(void) {
   test_configuration();
   test_callbacks();
   test_messages_and_version();
-  printf("%d passed, %d failed\n", passed, failed);
-  return failed == 0 ? 0 : 1;
+  return finish();
 }

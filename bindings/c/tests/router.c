@@ -7,20 +7,8 @@
 #include <string.h>
 
 #include "libroute.h"
+#include "check.h"
 
-static int passed, failed;
-
-#define CHECK(cond, what)                                     \
-  do {                                                        \
-    if (cond) {                                               \
-      passed++;                                               \
-    } else {                                                  \
-      failed++;                                               \
-      printf("FAILED %s:%d: %s\n", __FILE__, __LINE__, what); \
-    }                                                         \
-  } while (0)
-
-#define EXPECT_STATUS(call, status) CHECK((call) == (status), #call " == " #status)
 
 static libroute_worker worker(uint64_t id) {
   libroute_worker w;
@@ -235,6 +223,5 @@ int main(void) {
   test_replica_events();
   test_approximate_mode();
   test_bad_input();
-  printf("%d passed, %d failed\n", passed, failed);
-  return failed == 0 ? 0 : 1;
+  return finish();
 }
