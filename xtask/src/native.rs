@@ -162,6 +162,11 @@ const PROGRAMS: &[Program] = &[
         args: no_args,
     },
     Program {
+        source: "bindings/c/tests/router.c",
+        cpp: false,
+        args: no_args,
+    },
+    Program {
         source: "bindings/c/examples/embed.c",
         cpp: false,
         args: no_args,
@@ -315,6 +320,25 @@ pub(crate) fn consumers() -> Result {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn every_c_test_program_is_run() {
+        let dir = crate::root().join("bindings/c/tests");
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            let ext = path.extension().and_then(|e| e.to_str()).unwrap_or("");
+            if ext == "c" || ext == "cpp" {
+                let name = format!(
+                    "bindings/c/tests/{}",
+                    path.file_name().unwrap().to_string_lossy()
+                );
+                assert!(
+                    super::PROGRAMS.iter().any(|p| p.source == name),
+                    "{name} is not in PROGRAMS: CI would never run it"
+                );
+            }
+        }
+    }
+
     #[test]
     fn the_readme_shows_the_compiled_c_example_verbatim() {
         let root = crate::root();
