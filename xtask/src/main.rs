@@ -75,6 +75,7 @@ fn main() -> ExitCode {
         },
         Some("c-tests") => native::c_tests(),
         Some("consumers") => native::consumers(),
+        Some("go") => native::go_tests(),
         Some("package") => package(),
         Some("fuzz") => parse_time(&args[1..]).and_then(fuzz),
         Some("bench") => cargo(&["bench", "-p", "libroute-benches"]),
@@ -453,6 +454,10 @@ fn ci() -> Result {
         (
             "C and C++ tests (ASan + UBSan, valgrind)",
             Box::new(native::c_tests),
+        ),
+        (
+            "Go (vet, race, cgocheck2, fuzz)",
+            Box::new(native::go_tests),
         ),
         (
             "install, pkg-config and CMake consumers",

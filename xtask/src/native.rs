@@ -318,6 +318,38 @@ pub(crate) fn consumers() -> Result {
     Ok(())
 }
 
+/// The Go package: vet, the tests (corpus, layout, bad input, examples) with the race detector
+/// and with cgocheck2, and a short native fuzz run, against an installed prefix found through
+/// pkg-config.
+pub(crate) fn go_tests() -> Result {
+    if !crate::succeeds(Command::new("go").arg("version")) {
+        return Err("the Go tests need a Go toolchain (1.21 or later) on PATH".to_owned());
+    }
+    let root = root();
+    let prefix = root.join("target/dist-prefix");
+    dist(&prefix)?;
+    let dir = root.join("bindings/go");
+    let go = |args: &[&str], experiment: Option<&str>| {
+        let mut cmd = Command::new("go");
+        cmd.args(args)
+            .current_dir(&dir)
+            .env("PKG_CONFIG_PATH", prefix.join("lib/pkgconfig"))
+            .env("LD_LIBRARY_PATH", prefix.join("lib"))
+            .env("CGO_ENABLED", "1");
+        if let Some(e) = experiment {
+            cmd.env("GOEXPERIMENT", e);
+        }
+        run(&mut cmd)
+    };
+    go(&["vet", "./..."], None)?;
+    go(&["test", "-count=1", "-race", "./..."], None)?;
+    go(&["test", "-count=1", "./..."], Some("cgocheck2"))?;
+    go(
+        &["test", "-run=^$", "-fuzz=FuzzSelect", "-fuzztime=10s", "."],
+        None,
+    )
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

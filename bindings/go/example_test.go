@@ -1,0 +1,46 @@
+package libroute_test
+
+import (
+	"errors"
+	"fmt"
+
+	libroute "example.invalid/libroute/go"
+)
+
+// Route one request between a worker that caches most of its prompt and an idle one.
+func Example() {
+	policy, err := libroute.NewPolicy(`{"temperature": 0}`)
+	if err != nil {
+		panic(err)
+	}
+	defer policy.Close()
+	selector, err := libroute.NewSelector(64, 12345)
+	if err != nil {
+		panic(err)
+	}
+	defer selector.Close()
+
+	rows := []libroute.Row{
+		{Worker: libroute.Worker{ID: 1}, Flags: libroute.RowHasCache | libroute.RowHasLoad,
+			DeviceBlocks: 6, EffectiveBlocks: 6, EffectiveTokens: 96, ActiveDecodeBlocks: 4},
+		{Worker: libroute.Worker{ID: 2}, Flags: libroute.RowHasLoad},
+	}
+	req := libroute.Request{PromptTokens: 128, BlockSize: 16, Role: libroute.RoleAggregated,
+		TrackPrefillTokens: true, HasTierMatches: true}
+	sel, err := selector.Select(policy, &req, rows)
+	if err != nil {
+		panic(err)
+	}
+	fmt.Printf("worker %d, cost %.1f, %d of %d blocks cached\n", sel.Worker.ID, sel.Cost, sel.CachedTokens/16, sel.RequestBlocks)
+	// Output: worker 1, cost 6.0, 6 of 8 blocks cached
+}
+
+// Errors carry their status for errors.Is and libroute's detail in the message.
+func ExampleError() {
+	_, err := libroute.NewPolicy(`{"shared_cache_multiplier": 2}`)
+	fmt.Println(errors.Is(err, libroute.StatusInvalidKnob))
+	fmt.Println(err)
+	// Output:
+	// true
+	// libroute: a configuration value is out of range: invalid shared_cache_multiplier = 2: must be within [0, 1]
+}

@@ -1,0 +1,3 @@
+module example.invalid/libroute/go
+
+go 1.21
