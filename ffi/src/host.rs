@@ -10,9 +10,9 @@ use libroute_core::{
 
 use crate::status::{boundary, fail};
 use crate::{
-    AnySelector, SelectorBox, core_request, libroute_policy, libroute_request, libroute_row,
-    libroute_selection, libroute_selector, libroute_status, libroute_worker, policy_ref,
-    select_error, slice, to_c,
+    AnySelector, SelectorBox, libroute_policy, libroute_request, libroute_row, libroute_selection,
+    libroute_selector, libroute_status, libroute_worker, policy_ref, select_error, slice, to_c,
+    with_core_request,
 };
 
 /// The largest table `libroute_router_new` allocates, in slots (2^26).
@@ -675,38 +675,26 @@ pub unsafe extern "C" fn libroute_router_route(
             // `Row`'s layout and every bit pattern is a `Row`.
             unsafe { std::slice::from_raw_parts_mut(rows.cast::<Row>(), rows_len) }
         };
-        if rows.len() > selector.capacity {
-            return fail(
-                libroute_status::CapacityExceeded,
-                format_args!(
-                    "{} rows exceed the selector's capacity of {}",
-                    rows.len(),
-                    selector.capacity
-                ),
-            );
+        if let Err(status) = selector.check_rows(rows.len()) {
+            return status;
         }
         // SAFETY: non-NULL and valid by contract.
         let request = unsafe { &*request };
-        let mut storage;
-        let preferred: &mut [libroute_core::PreferredTaint] = if request.preferred_taints_len == 0 {
-            &mut []
-        } else {
-            storage = [libroute_core::PreferredTaint {
-                taint: libroute_core::Taint::default(),
-                weight: 0.0,
-            }; 64];
-            &mut storage
-        };
-        // SAFETY: the request's arrays are valid for their lengths by contract.
-        let core_request = match unsafe { core_request(request, preferred) } {
-            Ok(q) => q,
-            Err(s) => return s,
-        };
         let RouterBox {
             router,
             predictions,
         } = r;
-        let result = with_router!(router, x => route_any(x, predictions.as_mut(), policy, &mut selector.inner, &core_request, hashes, rows, id, now));
+        // SAFETY: the request's arrays are valid for their lengths by contract.
+        let converted = unsafe {
+            with_core_request(
+                request,
+                |core_request| with_router!(router, x => route_any(x, predictions.as_mut(), policy, &mut selector.inner, core_request, hashes, rows, id, now)),
+            )
+        };
+        let result = match converted {
+            Ok(result) => result,
+            Err(status) => return status,
+        };
         match result {
             Ok(selection) => {
                 // SAFETY: `out` is non-NULL and valid for a write by contract.

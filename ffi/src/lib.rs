@@ -556,6 +556,22 @@ pub(crate) struct SelectorBox {
     pub(crate) capacity: usize,
 }
 
+impl SelectorBox {
+    /// Checks that `rows` rows fit the capacity the caller asked for.
+    pub(crate) fn check_rows(&self, rows: usize) -> Result<(), libroute_status> {
+        if rows > self.capacity {
+            return Err(fail(
+                libroute_status::CapacityExceeded,
+                format_args!(
+                    "{rows} rows exceed the selector's capacity of {}",
+                    self.capacity
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
+
 /// Returns `$status` (with a detail message) if `$ptr` is NULL.
 macro_rules! non_null {
     ($ptr:expr, $name:literal) => {
@@ -1012,34 +1028,20 @@ pub unsafe extern "C" fn libroute_select(
                 ),
             );
         }
-        if rows.len() > selector.capacity {
-            return fail(
-                libroute_status::CapacityExceeded,
-                format_args!(
-                    "{} rows exceed the selector's capacity of {}",
-                    rows.len(),
-                    selector.capacity
-                ),
-            );
+        if let Err(status) = selector.check_rows(rows.len()) {
+            return status;
         }
-        // Storage for converted preferred taints, initialized only when the request has some.
-        let mut storage;
-        let preferred: &mut [PreferredTaint] = if request.preferred_taints_len == 0 {
-            &mut []
-        } else {
-            storage = [PreferredTaint {
-                taint: Taint::default(),
-                weight: 0.0,
-            }; 64];
-            &mut storage
-        };
         // SAFETY: the request's arrays are valid for their lengths by contract.
-        let core_request = match unsafe { core_request(request, preferred) } {
-            Ok(r) => r,
-            Err(s) => return s,
+        let converted = unsafe {
+            with_core_request(
+                request,
+                |core_request| with_selector!(&mut selector.inner, s => policy.select(s, core_request, rows)),
+            )
         };
-        let result =
-            with_selector!(&mut selector.inner, s => policy.select(s, &core_request, rows));
+        let result = match converted {
+            Ok(result) => result,
+            Err(status) => return status,
+        };
         match result {
             Ok(selection) => {
                 // SAFETY: `out` is non-NULL and valid for a write by contract.
@@ -1059,13 +1061,42 @@ pub unsafe extern "C" fn libroute_select(
     })
 }
 
+/// Runs `f` on the core request converted from `request`, with the storage its preferred taints
+/// need (filled only when the request has some, so a request without them costs nothing extra).
+///
+/// # Errors
+///
+/// The status of the first invalid field, with its detail recorded; `f` does not run.
+///
+/// # Safety
+///
+/// The request's `preferred_taints` and `shared_hits` must be valid for their lengths.
+pub(crate) unsafe fn with_core_request<R>(
+    request: &libroute_request,
+    f: impl FnOnce(&Request<'_>) -> R,
+) -> Result<R, libroute_status> {
+    let mut storage;
+    let preferred: &mut [PreferredTaint] = if request.preferred_taints_len == 0 {
+        &mut []
+    } else {
+        storage = [PreferredTaint {
+            taint: Taint::default(),
+            weight: 0.0,
+        }; 64];
+        &mut storage
+    };
+    // SAFETY: forwarded under this function's contract.
+    let converted = unsafe { core_request(request, preferred) }?;
+    Ok(f(&converted))
+}
+
 /// Converts a C request into the core's, checking every field; the converted preferred taints
 /// live in `preferred`, which holds 64 entries whenever the request has any.
 ///
 /// # Safety
 ///
 /// The request's `preferred_taints` and `shared_hits` must be valid for their lengths.
-pub(crate) unsafe fn core_request<'a>(
+unsafe fn core_request<'a>(
     request: &'a libroute_request,
     preferred: &'a mut [PreferredTaint],
 ) -> Result<Request<'a>, libroute_status> {
