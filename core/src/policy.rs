@@ -516,6 +516,8 @@ impl<F: Filters, S: Scorers, P: Picker> Policy<F, S, P> {
             all
         };
         let filter_view = RequestView::new(request, filter_inputs);
+        // The union of every component's inputs, gathered as each is asked (as `Policy::inputs`).
+        let mut declared = filter_inputs;
 
         // 1. Eligibility, overload and filters, in that order, per row.
         let m = if let Some(pin) = request.pin {
@@ -635,7 +637,9 @@ impl<F: Filters, S: Scorers, P: Picker> Policy<F, S, P> {
             let Some(scorer) = self.scorers.get(s) else {
                 continue;
             };
-            let view = RequestView::new(request, scorer.inputs(leg));
+            let inputs = scorer.inputs(leg);
+            declared |= inputs;
+            let view = RequestView::new(request, inputs);
             let column = &mut scratch.costs[s * capacity..s * capacity + m];
             column.fill(f64::NAN);
             scorer
@@ -669,6 +673,7 @@ impl<F: Filters, S: Scorers, P: Picker> Policy<F, S, P> {
 
         // 4. The picker, unless the request is pinned (no draw for a pin).
         let picker_view = RequestView::new(request, self.picker.inputs(leg));
+        declared |= picker_view.inputs();
         let pick = if request.pin.is_some() {
             Pick {
                 index: 0,
@@ -701,7 +706,7 @@ impl<F: Filters, S: Scorers, P: Picker> Policy<F, S, P> {
         for (s, c) in contributions.iter_mut().enumerate().take(scorers) {
             *c = scratch.costs[s * capacity + pick.index];
         }
-        let cached_tokens = if self.inputs(leg).contains(WorkerInputs::CACHE) {
+        let cached_tokens = if declared.contains(WorkerInputs::CACHE) {
             rows[row].cache().effective_tokens
         } else {
             0
