@@ -97,15 +97,76 @@ pub(crate) fn root() -> PathBuf {
         .to_path_buf()
 }
 
+/// How many of the newest output lines `run` keeps for the failure summary of `ci`.
+const TAIL_LINES: usize = 60;
+
+/// The newest lines the commands of the current step printed (stdout and stderr interleaved as
+/// read), so that `ci` can repeat a failed step's output at the very end of its log, where a
+/// truncated CI log still shows it.
+static TAIL: std::sync::Mutex<std::collections::VecDeque<String>> =
+    std::sync::Mutex::new(std::collections::VecDeque::new());
+
+fn remember(line: String) {
+    let mut tail = TAIL
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if tail.len() == TAIL_LINES {
+        tail.pop_front();
+    }
+    tail.push_back(line);
+}
+
+fn take_tail() -> Vec<String> {
+    TAIL.lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .drain(..)
+        .collect()
+}
+
+/// Copies `from` to `to` line by line, remembering each line for the failure summary.
+fn tee(from: impl std::io::Read, mut to: impl std::io::Write) {
+    use std::io::BufRead;
+    let mut reader = std::io::BufReader::new(from);
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        match reader.read_until(b'\n', &mut line) {
+            Ok(0) | Err(_) => return,
+            Ok(_) => {
+                // A closed terminal must not stop the child: keep draining its pipe.
+                let _ = to.write_all(&line).and_then(|()| to.flush());
+                remember(String::from_utf8_lossy(&line).trim_end().to_owned());
+            }
+        }
+    }
+}
+
+/// Runs `cmd` with its output passed through (and remembered), and fails naming the command.
 pub(crate) fn run(cmd: &mut Command) -> Result {
-    eprintln!("$ {}", describe(cmd));
-    let status = cmd
-        .status()
-        .map_err(|e| format!("{}: {e}", describe(cmd)))?;
+    use std::process::Stdio;
+    let described = describe(cmd);
+    eprintln!("$ {described}");
+    remember(format!("$ {described}"));
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("{described}: {e}"))?;
+    let (out, err) = (child.stdout.take(), child.stderr.take());
+    let status = std::thread::scope(|s| {
+        if let Some(out) = out {
+            s.spawn(|| tee(out, std::io::stdout()));
+        }
+        if let Some(err) = err {
+            s.spawn(|| tee(err, std::io::stderr()));
+        }
+        child.wait()
+    })
+    .map_err(|e| format!("{described}: {e}"))?;
     if status.success() {
         Ok(())
     } else {
-        Err(format!("`{}` failed with {status}", describe(cmd)))
+        Err(format!("`{described}` failed with {status}"))
     }
 }
 
@@ -474,9 +535,11 @@ fn ci() -> Result {
         ),
     ];
     let started = Instant::now();
-    let (mut passed, mut failed) = (0, 0);
+    let mut passed = 0;
+    let mut failures = Vec::new();
     for (name, step) in &steps {
         eprintln!("\n==> {name}");
+        take_tail();
         let t = Instant::now();
         match step() {
             Ok(()) => {
@@ -484,22 +547,47 @@ fn ci() -> Result {
                 eprintln!("<== {name}: ok ({:.0} s)", t.elapsed().as_secs_f64());
             }
             Err(e) => {
-                failed += 1;
                 eprintln!("<== {name}: FAILED: {e}");
+                failures.push((*name, e, take_tail()));
             }
         }
     }
     eprintln!("\nci finished in {:.0} s", started.elapsed().as_secs_f64());
-    println!("ci: {passed} passed, {failed} failed");
-    if failed == 0 {
+    // Repeat each failure with the end of its output last, where a truncated log still shows it.
+    for (name, error, tail) in &failures {
+        eprintln!(
+            "\n---- failed step: {name}\n---- its last {} output lines:",
+            tail.len()
+        );
+        for line in tail {
+            eprintln!("    {line}");
+        }
+        eprintln!("---- {name}: {error}");
+    }
+    println!("ci: {passed} passed, {} failed", failures.len());
+    if failures.is_empty() {
         Ok(())
     } else {
-        Err(format!("{failed} ci steps failed"))
+        let names: Vec<&str> = failures.iter().map(|(name, ..)| *name).collect();
+        Err(format!("ci steps failed: {}", names.join(", ")))
     }
 }
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_failed_command_is_named_and_its_output_kept_for_the_summary() {
+        let err = super::run(
+            std::process::Command::new("sh")
+                .args(["-c", "echo to-stdout; echo to-stderr >&2; exit 3"]),
+        )
+        .unwrap_err();
+        assert!(err.contains("sh -c") && err.contains('3'), "{err}");
+        let tail = super::take_tail();
+        assert!(tail.iter().any(|l| l == "to-stdout"), "{tail:?}");
+        assert!(tail.iter().any(|l| l == "to-stderr"), "{tail:?}");
+    }
+
     #[test]
     fn msrv_matches_the_workspace_rust_version() {
         let manifest = std::fs::read_to_string(super::root().join("Cargo.toml")).unwrap();
