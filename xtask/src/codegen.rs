@@ -119,9 +119,93 @@ pub(crate) fn ensure_file_contents(path: &Path, contents: &str, check: bool) -> 
     Ok(())
 }
 
+/// Builds the uniffi facade's cdylib (release, beside the C library) and returns its path.
+pub(crate) fn uniffi_library() -> Result<PathBuf> {
+    crate::cargo(&["build", "--release", "-p", "libroute-uniffi"])?;
+    Ok(root().join("target/release").join(format!(
+        "{}route_uniffi{}",
+        std::env::consts::DLL_PREFIX,
+        std::env::consts::DLL_SUFFIX
+    )))
+}
+
+/// Per-language settings of the generated bindings (uniffi's global config format).
+const UNIFFI_CONFIG: &str = "\
+[crates.route_uniffi.bindings.kotlin]
+package_name = \"dev.libroute\"
+cdylib_name = \"route_uniffi\"
+
+[crates.route_uniffi.bindings.python]
+cdylib_name = \"route_uniffi\"
+
+[crates.route_uniffi.bindings.swift]
+module_name = \"Libroute\"
+ffi_module_name = \"librouteFFI\"
+ffi_module_filename = \"librouteFFI\"
+";
+
+/// Where each generated binding file is committed, by the name uniffi gives it.
+const UNIFFI_FILES: &[(&str, &str)] = &[
+    (
+        "dev/libroute/libroute.kt",
+        "bindings/kotlin/src/main/kotlin/dev/libroute/libroute.kt",
+    ),
+    ("libroute.py", "bindings/python/libroute/_libroute.py"),
+    (
+        "Libroute.swift",
+        "bindings/swift/Sources/Libroute/Libroute.swift",
+    ),
+    (
+        "librouteFFI.h",
+        "bindings/swift/Sources/librouteFFI/include/librouteFFI.h",
+    ),
+    (
+        "librouteFFI.modulemap",
+        "bindings/swift/Sources/librouteFFI/include/module.modulemap",
+    ),
+];
+
+/// Generates the Kotlin, Python and Swift bindings from the built library (uniffi's library
+/// mode) and writes, or in check mode compares, every file of [`UNIFFI_FILES`].
+fn uniffi_bindings(check: bool) -> Result {
+    use uniffi_bindgen::bindings::{GenerateOptions, TargetLanguage, generate};
+    let library = uniffi_library()?;
+    let scratch = root().join("target/uniffi-generated");
+    let _ = std::fs::remove_dir_all(&scratch);
+    std::fs::create_dir_all(&scratch).map_err(|e| format!("{}: {e}", scratch.display()))?;
+    let config = scratch.join("uniffi.toml");
+    std::fs::write(&config, UNIFFI_CONFIG).map_err(|e| format!("{}: {e}", config.display()))?;
+    let utf8 = |p: PathBuf| {
+        camino::Utf8PathBuf::from_path_buf(p).map_err(|p| format!("{} is not UTF-8", p.display()))
+    };
+    generate(GenerateOptions {
+        languages: vec![
+            TargetLanguage::Kotlin,
+            TargetLanguage::Python,
+            TargetLanguage::Swift,
+        ],
+        source: utf8(library)?,
+        out_dir: utf8(scratch.clone())?,
+        config_override: Some(utf8(config)?),
+        // No formatter: the output must not depend on which formatters a machine has.
+        format: false,
+        crate_filter: None,
+        metadata_no_deps: true,
+    })
+    .map_err(|e| format!("uniffi-bindgen: {e:#}"))?;
+    for (generated, committed) in UNIFFI_FILES {
+        let path = scratch.join(generated);
+        let text = std::fs::read_to_string(&path)
+            .map_err(|e| format!("uniffi-bindgen did not write {generated}: {e}"))?;
+        ensure_file_contents(&root().join(committed), &text, check)?;
+    }
+    Ok(())
+}
+
 /// Generates (or checks) every artefact.
 pub(crate) fn codegen(check: bool) -> Result {
-    ensure_file_contents(&header_path(), &header()?, check)
+    ensure_file_contents(&header_path(), &header()?, check)?;
+    uniffi_bindings(check)
 }
 
 #[cfg(test)]

@@ -1,0 +1,1437 @@
+//! The uniffi facade of libroute: the Kotlin, Swift and Python bindings are generated from this
+//! crate's library (`cargo xtask codegen`, uniffi's library mode).
+//!
+//! Every method here is a safe wrapper over the C ABI (`libroute-ffi`), called in-process: the
+//! bindings make exactly the checks, decisions and errors that C and Go make, and the one place
+//! that turns a `libroute_status` into a foreign exception is [`RouteError::from_status`].
+//!
+//! Objects are thread-safe: a [`Policy`] is immutable and shared freely; a [`Selector`] and a
+//! [`Router`] serialize their calls with a mutex (give each thread its own selector to avoid
+//! waiting). Records are plain values: rows are copied into a reused buffer per call.
+
+// Why: every call goes through the C ABI's raw pointers; each use carries a SAFETY comment.
+#![allow(unsafe_code, reason = "calls into the C ABI")]
+#![deny(unsafe_op_in_unsafe_fn)]
+// Why: uniffi hands foreign values over by ownership (`String`, `Vec`, `Arc`), whether or not a
+// method consumes them.
+#![allow(
+    clippy::needless_pass_by_value,
+    reason = "uniffi passes foreign arguments by value"
+)]
+
+use std::ptr::{NonNull, null, null_mut};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
+
+use route::{
+    LIBROUTE_ROW_HAS_CACHE, LIBROUTE_ROW_HAS_LOAD, LIBROUTE_ROW_OVERLOADED, libroute_block_range,
+    libroute_kv_event, libroute_ledger_event, libroute_policy, libroute_preferred_taint,
+    libroute_reason, libroute_request, libroute_router, libroute_router_config,
+    libroute_router_counters, libroute_row, libroute_selection, libroute_selector, libroute_status,
+    libroute_worker,
+};
+
+/// Defines [`RouteError`] with one variant per failure status, and its mapping from the status.
+macro_rules! route_error {
+    ($($(#[$doc:meta])* $variant:ident,)*) => {
+        /// Why a libroute call failed: one variant per C status (`libroute_status`), each with the
+        /// detail message that names the knob, row or worker at fault.
+        #[derive(Debug, Clone, PartialEq, Eq, uniffi::Error)]
+        pub enum RouteError {
+            $($(#[$doc])* $variant {
+                /// What exactly was wrong.
+                message: String,
+            },)*
+            /// The object was released (`release()`); it cannot be used any more.
+            Closed {
+                /// Which object.
+                message: String,
+            },
+        }
+
+        impl RouteError {
+            /// The one mapping from the C ABI's failures: the status and this thread's detail.
+            fn from_status(status: libroute_status) -> Self {
+                let detail = last_error();
+                let message = if detail.is_empty() {
+                    status.message().to_owned()
+                } else {
+                    format!("{}: {detail}", status.message())
+                };
+                match status {
+                    $(libroute_status::$variant => Self::$variant { message },)*
+                    libroute_status::Ok => Self::Panic {
+                        message: "an error was reported for a successful call (a bug)".to_owned(),
+                    },
+                }
+            }
+
+            /// The detail message.
+            #[must_use]
+            pub fn message(&self) -> &str {
+                match self {
+                    $(Self::$variant { message } => message,)*
+                    Self::Closed { message } => message,
+                }
+            }
+
+            /// The `libroute_status` code of this error (as in `libroute.h`); `None` for
+            /// [`RouteError::Closed`], which only this facade reports.
+            #[must_use]
+            pub fn code(&self) -> Option<u32> {
+                match self {
+                    $(Self::$variant { .. } => Some(libroute_status::$variant as u32),)*
+                    Self::Closed { .. } => None,
+                }
+            }
+        }
+    };
+}
+
+route_error! {
+    /// A required argument was missing.
+    NullArgument,
+    /// An argument is out of range (a zero capacity, a table size that is not a power of two).
+    InvalidArgument,
+    /// An output buffer is too small.
+    BufferTooSmall,
+    /// More rows than the selector's capacity, or a capacity above the largest supported.
+    CapacityExceeded,
+    /// The configuration is not valid JSON of the expected shape.
+    InvalidJson,
+    /// The configuration names a key no knob has.
+    UnknownKey,
+    /// A knob's value is out of range, or two knobs conflict.
+    InvalidKnob,
+    /// More components than a policy can hold.
+    TooManyComponents,
+    /// No rows, or no eligible row.
+    NoEndpoints,
+    /// Filters removed every eligible row.
+    AllFiltered,
+    /// Every eligible row was overloaded.
+    AllOverloaded,
+    /// The request is invalid.
+    InvalidRequest,
+    /// A row is invalid (a NaN, infinite or negative estimate).
+    InvalidRow,
+    /// Two rows name the same worker and rank.
+    DuplicateWorker,
+    /// The pinned worker is not among the rows.
+    PinNotAllowed,
+    /// The pinned worker is overloaded.
+    PinOverloaded,
+    /// The pinned worker is not eligible.
+    PinIneligible,
+    /// A scorer gave a row a non-finite cost.
+    NonFiniteCost,
+    /// A row's total cost overflowed.
+    NonFiniteTotal,
+    /// The picker returned a position outside the candidates.
+    PickOutOfRange,
+    /// A filter failed.
+    FilterFailed,
+    /// A scorer failed.
+    ScorerFailed,
+    /// The picker failed.
+    PickerFailed,
+    /// The request id is already booked.
+    DuplicateRequest,
+    /// No booked request has this id.
+    UnknownRequest,
+    /// The worker is not registered with the ledger.
+    UnknownWorker,
+    /// libroute panicked (a bug); the call had no effect.
+    Panic,
+}
+
+impl std::fmt::Display for RouteError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.message())
+    }
+}
+
+impl std::error::Error for RouteError {}
+
+/// This thread's detail message of the last failed C call.
+fn last_error() -> String {
+    // Details are short; a longer one (a JSON error quoting its input) gets a bigger buffer.
+    for size in [1 << 10, 1 << 16] {
+        let mut buf = vec![0u8; size];
+        let mut n = 0;
+        // SAFETY: `buf` is valid for `buf.len()` writes and `n` for one.
+        let status =
+            unsafe { route::libroute_last_error(buf.as_mut_ptr().cast(), buf.len(), &raw mut n) };
+        if status == libroute_status::Ok {
+            buf.truncate(n);
+            return String::from_utf8_lossy(&buf).into_owned();
+        }
+    }
+    "(the detail message is longer than 64 KiB)".to_owned()
+}
+
+/// `Ok` or the error of `status`.
+fn check(status: libroute_status) -> Result<(), RouteError> {
+    if status == libroute_status::Ok {
+        Ok(())
+    } else {
+        Err(RouteError::from_status(status))
+    }
+}
+
+/// A worker and its data-parallel rank.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, uniffi::Record)]
+pub struct Worker {
+    /// The worker's id.
+    pub worker_id: u64,
+    /// The data-parallel rank (0 for a single-rank worker).
+    #[uniffi(default = 0)]
+    pub dp_rank: u32,
+}
+
+impl From<Worker> for libroute_worker {
+    fn from(w: Worker) -> Self {
+        libroute_worker {
+            worker_id: w.worker_id,
+            dp_rank: w.dp_rank,
+        }
+    }
+}
+
+impl From<libroute_worker> for Worker {
+    fn from(w: libroute_worker) -> Self {
+        Worker {
+            worker_id: w.worker_id,
+            dp_rank: w.dp_rank,
+        }
+    }
+}
+
+/// The role of the pool a selection is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, uniffi::Enum)]
+pub enum Role {
+    /// Prefill workers of disaggregated serving.
+    Prefill,
+    /// Decode workers of disaggregated serving.
+    Decode,
+    /// Workers that prefill and decode.
+    Aggregated,
+    /// Encoder workers.
+    Encode,
+}
+
+impl Role {
+    fn code(self) -> u32 {
+        match self {
+            Role::Prefill => 0,
+            Role::Decode => 1,
+            Role::Aggregated => 2,
+            Role::Encode => 3,
+        }
+    }
+}
+
+/// A preferred taint: matching workers' costs are multiplied by `exp(-tanh(sum of weights))`.
+#[derive(Debug, Clone, Copy, PartialEq, uniffi::Record)]
+pub struct PreferredTaint {
+    /// The taint index, 0 to 63.
+    pub taint: u32,
+    /// Positive attracts, negative repels; must be finite.
+    pub weight: f64,
+}
+
+/// A half-open range `[start, end)` of block positions found in a shared cache.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, uniffi::Record)]
+pub struct BlockRange {
+    /// First block position.
+    pub start: u64,
+    /// One past the last block position.
+    pub end: u64,
+}
+
+/// One request to route.
+#[derive(Debug, Clone, PartialEq, uniffi::Record)]
+pub struct Request {
+    /// Prompt length in tokens.
+    pub prompt_tokens: u64,
+    /// KV block size in tokens; at least 1.
+    pub block_size: u32,
+    /// The pool's role.
+    pub role: Role,
+    /// Whether the request's prefill tokens are tracked (false on a disaggregated decode leg).
+    #[uniffi(default = true)]
+    pub track_prefill_tokens: bool,
+    /// Whether conditional disaggregation is on.
+    #[uniffi(default = false)]
+    pub conditional_disagg: bool,
+    /// Whether the request has any tier overlap entry, even for an ineligible worker.
+    #[uniffi(default = false)]
+    pub has_tier_matches: bool,
+    /// Taints a worker must carry (bit `i` = taint `i`).
+    #[uniffi(default = 0)]
+    pub required_taints: u64,
+    /// Preferred taints (at most 64).
+    #[uniffi(default = [])]
+    pub preferred_taints: Vec<PreferredTaint>,
+    /// Sorted, disjoint block ranges found in a shared cache; `None` when not looked up.
+    #[uniffi(default = None)]
+    pub shared_hits: Option<Vec<BlockRange>>,
+    /// The worker the request must go to.
+    #[uniffi(default = None)]
+    pub pin: Option<Worker>,
+}
+
+/// A worker's cached prefix of the request, per tier.
+#[derive(Debug, Clone, Copy, PartialEq, uniffi::Record)]
+pub struct RowCache {
+    /// Leading request blocks in device memory.
+    pub device_blocks: u32,
+    /// Leading request blocks in host memory.
+    #[uniffi(default = 0)]
+    pub host_blocks: u32,
+    /// Leading request blocks on disk.
+    #[uniffi(default = 0)]
+    pub disk_blocks: u32,
+    /// The accounting estimate in blocks; finite and at least 0.
+    pub effective_blocks: f64,
+    /// The accounting estimate in tokens.
+    pub effective_tokens: u64,
+}
+
+/// A worker's projected load.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, uniffi::Record)]
+pub struct RowLoad {
+    /// Prefill tokens queued or running.
+    pub active_prefill_tokens: u64,
+    /// Active decode blocks, including this request's new blocks.
+    pub active_decode_blocks: u64,
+    /// Active requests.
+    pub active_requests: u64,
+}
+
+/// One candidate worker.
+#[derive(Debug, Clone, Copy, PartialEq, uniffi::Record)]
+pub struct Row {
+    /// The worker and rank.
+    pub worker: Worker,
+    /// Its taints (bit `i` = taint `i`).
+    #[uniffi(default = 0)]
+    pub taints: u64,
+    /// The host's busy mark: the row is removed as overloaded.
+    #[uniffi(default = false)]
+    pub overloaded: bool,
+    /// Its cached prefix; `None` when it has none.
+    #[uniffi(default = None)]
+    pub cache: Option<RowCache>,
+    /// Its load; `None` when unknown.
+    #[uniffi(default = None)]
+    pub load: Option<RowLoad>,
+}
+
+impl From<&Row> for libroute_row {
+    fn from(r: &Row) -> Self {
+        let mut flags = 0;
+        if r.overloaded {
+            flags |= LIBROUTE_ROW_OVERLOADED;
+        }
+        let cache = r.cache.unwrap_or(RowCache {
+            device_blocks: 0,
+            host_blocks: 0,
+            disk_blocks: 0,
+            effective_blocks: 0.0,
+            effective_tokens: 0,
+        });
+        if r.cache.is_some() {
+            flags |= LIBROUTE_ROW_HAS_CACHE;
+        }
+        let load = r.load.unwrap_or(RowLoad {
+            active_prefill_tokens: 0,
+            active_decode_blocks: 0,
+            active_requests: 0,
+        });
+        if r.load.is_some() {
+            flags |= LIBROUTE_ROW_HAS_LOAD;
+        }
+        libroute_row {
+            worker: r.worker.into(),
+            taints: r.taints,
+            flags,
+            device_blocks: cache.device_blocks,
+            host_blocks: cache.host_blocks,
+            disk_blocks: cache.disk_blocks,
+            effective_blocks: cache.effective_blocks,
+            effective_tokens: cache.effective_tokens,
+            active_prefill_tokens: load.active_prefill_tokens,
+            active_decode_blocks: load.active_decode_blocks,
+            active_requests: load.active_requests,
+        }
+    }
+}
+
+impl From<&libroute_row> for Row {
+    fn from(r: &libroute_row) -> Self {
+        Row {
+            worker: r.worker.into(),
+            taints: r.taints,
+            overloaded: r.flags & LIBROUTE_ROW_OVERLOADED != 0,
+            cache: (r.flags & LIBROUTE_ROW_HAS_CACHE != 0).then_some(RowCache {
+                device_blocks: r.device_blocks,
+                host_blocks: r.host_blocks,
+                disk_blocks: r.disk_blocks,
+                effective_blocks: r.effective_blocks,
+                effective_tokens: r.effective_tokens,
+            }),
+            load: (r.flags & LIBROUTE_ROW_HAS_LOAD != 0).then_some(RowLoad {
+                active_prefill_tokens: r.active_prefill_tokens,
+                active_decode_blocks: r.active_decode_blocks,
+                active_requests: r.active_requests,
+            }),
+        }
+    }
+}
+
+/// Why the chosen row was chosen.
+#[derive(Debug, Clone, Copy, PartialEq, uniffi::Enum)]
+pub enum PickReason {
+    /// The request was pinned.
+    Pinned,
+    /// The minimum cost; `ties` rows shared it and one was drawn uniformly.
+    MinCost {
+        /// How many rows had the minimum cost.
+        ties: u32,
+    },
+    /// Drawn by temperature sampling.
+    Sampled {
+        /// The chosen row's probability.
+        probability: f64,
+    },
+    /// A custom picker's choice.
+    Custom,
+}
+
+/// The outcome of one selection.
+#[derive(Debug, Clone, PartialEq, uniffi::Record)]
+pub struct Selection {
+    /// Index of the chosen row in the rows passed.
+    pub row: u64,
+    /// The chosen worker.
+    pub worker: Worker,
+    /// Its total cost.
+    pub cost: f64,
+    /// How many candidates survived filtering.
+    pub candidates: u64,
+    /// Why it was chosen.
+    pub reason: PickReason,
+    /// The request's size in blocks.
+    pub request_blocks: u64,
+    /// The chosen row's cached-token estimate.
+    pub cached_tokens: u64,
+    /// Each scorer's contribution to the chosen row's cost, the default cost first (empty for
+    /// [`Router::route`]; use [`Selector::last_costs`] there).
+    pub contributions: Vec<f64>,
+}
+
+impl Selection {
+    fn from_c(s: &libroute_selection, contributions: Vec<f64>) -> Self {
+        let reason = if s.reason == libroute_reason::Pinned as u32 {
+            PickReason::Pinned
+        } else if s.reason == libroute_reason::MinCost as u32 {
+            PickReason::MinCost { ties: s.ties }
+        } else if s.reason == libroute_reason::Sampled as u32 {
+            PickReason::Sampled {
+                probability: s.probability,
+            }
+        } else {
+            PickReason::Custom
+        };
+        Selection {
+            row: s.row as u64,
+            worker: s.worker.into(),
+            cost: s.cost,
+            candidates: s.candidates as u64,
+            reason,
+            request_blocks: s.request_blocks,
+            cached_tokens: s.cached_tokens,
+            contributions,
+        }
+    }
+}
+
+/// One candidate of the last selection: its row index and total cost.
+#[derive(Debug, Clone, Copy, PartialEq, uniffi::Record)]
+pub struct Candidate {
+    /// Index of the row in the rows passed.
+    pub row: u64,
+    /// Its total cost.
+    pub cost: f64,
+}
+
+/// The input groups a policy reads for one kind of request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, uniffi::Record)]
+pub struct Inputs {
+    /// Cache overlaps (`Row.cache`).
+    pub cache: bool,
+    /// Loads (`Row.load`).
+    pub load: bool,
+    /// Preferred taints.
+    pub preferred_taint: bool,
+}
+
+/// Converts a request record for the C ABI; the arrays it points into live in `self`.
+struct CRequest {
+    preferred: Vec<libroute_preferred_taint>,
+    hits: Vec<libroute_block_range>,
+    request: libroute_request,
+}
+
+impl CRequest {
+    fn new(r: &Request) -> Self {
+        let preferred: Vec<libroute_preferred_taint> = r
+            .preferred_taints
+            .iter()
+            .map(|p| libroute_preferred_taint {
+                taint: p.taint,
+                weight: p.weight,
+            })
+            .collect();
+        let hits: Vec<libroute_block_range> = r
+            .shared_hits
+            .iter()
+            .flatten()
+            .map(|h| libroute_block_range {
+                start: h.start,
+                end: h.end,
+            })
+            .collect();
+        let request = libroute_request {
+            prompt_tokens: r.prompt_tokens,
+            block_size: r.block_size,
+            role: r.role.code(),
+            track_prefill_tokens: u8::from(r.track_prefill_tokens),
+            conditional_disagg: u8::from(r.conditional_disagg),
+            has_tier_matches: u8::from(r.has_tier_matches),
+            has_pin: u8::from(r.pin.is_some()),
+            has_shared_hits: u8::from(r.shared_hits.is_some()),
+            pin: r.pin.map_or(
+                libroute_worker {
+                    worker_id: 0,
+                    dp_rank: 0,
+                },
+                Into::into,
+            ),
+            required_taints: r.required_taints,
+            preferred_taints: null(),
+            preferred_taints_len: preferred.len(),
+            shared_hits: null(),
+            shared_hits_len: hits.len(),
+        };
+        CRequest {
+            preferred,
+            hits,
+            request,
+        }
+    }
+
+    /// The C request, pointing into `self`'s arrays (valid while `self` is borrowed).
+    fn c(&self) -> libroute_request {
+        libroute_request {
+            preferred_taints: self.preferred.as_ptr(),
+            shared_hits: self.hits.as_ptr(),
+            ..self.request
+        }
+    }
+}
+
+/// A policy handle, freed when dropped.
+struct PolicyHandle(NonNull<libroute_policy>);
+
+// SAFETY: a policy without callbacks (the only kind this facade builds) is immutable after
+// construction, and the C ABI documents concurrent use of one policy from any number of threads.
+unsafe impl Send for PolicyHandle {}
+// SAFETY: as for `Send`: the facade only reads the policy through the handle.
+unsafe impl Sync for PolicyHandle {}
+
+impl Drop for PolicyHandle {
+    fn drop(&mut self) {
+        // SAFETY: the pointer came from `libroute_policy_new` and is freed once, here.
+        unsafe { route::libroute_policy_free(self.0.as_ptr()) };
+    }
+}
+
+fn closed(what: &str) -> RouteError {
+    RouteError::Closed {
+        message: format!("this {what} was released"),
+    }
+}
+
+/// An immutable routing policy, shared freely between threads.
+#[derive(uniffi::Object)]
+pub struct Policy {
+    handle: RwLock<Option<PolicyHandle>>,
+    scorers: usize,
+}
+
+impl std::fmt::Debug for Policy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Policy")
+    }
+}
+
+impl Policy {
+    /// Runs `f` on the live handle; selections share the read lock, `release` takes the write.
+    fn with<R>(
+        &self,
+        f: impl FnOnce(*const libroute_policy) -> Result<R, RouteError>,
+    ) -> Result<R, RouteError> {
+        let handle = self.handle.read().unwrap_or_else(PoisonError::into_inner);
+        match handle.as_ref() {
+            Some(h) => f(h.0.as_ptr()),
+            None => Err(closed("policy")),
+        }
+    }
+}
+
+#[uniffi::export]
+impl Policy {
+    /// The default policy configured by a JSON object of its knobs (`"{}"` for all defaults).
+    ///
+    /// # Errors
+    ///
+    /// `InvalidJson`, `UnknownKey` or `InvalidKnob`, naming the key or knob.
+    #[uniffi::constructor]
+    pub fn new(json: String) -> Result<Arc<Self>, RouteError> {
+        let mut raw = null_mut();
+        // SAFETY: `json` is valid for `json.len()` bytes; `raw` is a valid out-pointer.
+        check(unsafe {
+            route::libroute_policy_new(json.as_ptr().cast(), json.len(), &raw mut raw)
+        })?;
+        let raw = NonNull::new(raw).ok_or_else(|| RouteError::Panic {
+            message: "libroute_policy_new returned no policy".to_owned(),
+        })?;
+        Ok(Arc::new(Policy {
+            handle: RwLock::new(Some(PolicyHandle(raw))),
+            // The default cost is one scorer; this facade builds no callback scorers.
+            scorers: 1,
+        }))
+    }
+
+    /// The input groups the policy reads for requests of `role`: a host may skip computing
+    /// what is not read.
+    ///
+    /// # Errors
+    ///
+    /// `Closed` after `release`.
+    pub fn inputs(&self, role: Role, conditional_disagg: bool) -> Result<Inputs, RouteError> {
+        let mut bits = 0u8;
+        self.with(|raw| {
+            // SAFETY: `raw` is live under the read lock; `bits` is a valid out-pointer.
+            check(unsafe {
+                route::libroute_policy_inputs(
+                    raw,
+                    role.code(),
+                    u8::from(conditional_disagg),
+                    &raw mut bits,
+                )
+            })
+        })?;
+        Ok(Inputs {
+            cache: bits & route::LIBROUTE_INPUT_CACHE != 0,
+            load: bits & route::LIBROUTE_INPUT_LOAD != 0,
+            preferred_taint: bits & route::LIBROUTE_INPUT_PREFERRED_TAINT != 0,
+        })
+    }
+
+    /// Frees the native policy now (waiting for selections using it to finish); later calls
+    /// fail with `Closed`. Idempotent. Without it, the policy is freed with its last reference.
+    pub fn release(&self) {
+        self.handle
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+    }
+}
+
+/// A selector's handle and the buffers it reuses between calls.
+struct SelectorState {
+    raw: NonNull<libroute_selector>,
+    capacity: usize,
+    rows: Vec<libroute_row>,
+}
+
+// SAFETY: the handle is owned exclusively by this state, which the mutex of `Selector` guards; the
+// C selector has no thread affinity, only a ban on concurrent use.
+unsafe impl Send for SelectorState {}
+
+impl Drop for SelectorState {
+    fn drop(&mut self) {
+        // SAFETY: `raw` came from `libroute_selector_new` and is freed once, here.
+        unsafe { route::libroute_selector_free(self.raw.as_ptr()) };
+    }
+}
+
+/// Selection scratch of a fixed capacity and a random stream. Thread-safe (calls are serialized);
+/// give each thread its own for throughput.
+#[derive(uniffi::Object)]
+pub struct Selector {
+    state: Mutex<Option<SelectorState>>,
+}
+
+impl std::fmt::Debug for Selector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Selector")
+    }
+}
+
+impl Selector {
+    /// Runs `f` on the live state, holding the lock.
+    fn with<R>(
+        &self,
+        f: impl FnOnce(&mut SelectorState) -> Result<R, RouteError>,
+    ) -> Result<R, RouteError> {
+        // A panic cannot leave the state half-updated: every call rewrites what it reads.
+        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        match state.as_mut() {
+            Some(state) => f(state),
+            None => Err(closed("selector")),
+        }
+    }
+}
+
+#[uniffi::export]
+impl Selector {
+    /// A selector for up to `capacity` rows (1 to 4,096); its unseeded random stream starts
+    /// from `entropy`.
+    ///
+    /// # Errors
+    ///
+    /// `InvalidArgument` for 0, `CapacityExceeded` above 4,096.
+    #[uniffi::constructor]
+    pub fn new(capacity: u32, entropy: u64) -> Result<Arc<Self>, RouteError> {
+        let mut raw = null_mut();
+        // SAFETY: `raw` is a valid out-pointer.
+        check(unsafe { route::libroute_selector_new(capacity as usize, entropy, &raw mut raw) })?;
+        let raw = NonNull::new(raw).ok_or_else(|| RouteError::Panic {
+            message: "libroute_selector_new returned no selector".to_owned(),
+        })?;
+        Ok(Arc::new(Selector {
+            state: Mutex::new(Some(SelectorState {
+                raw,
+                capacity: capacity as usize,
+                rows: Vec::new(),
+            })),
+        }))
+    }
+
+    /// Selects one of `rows` for `request` with `policy`, with each scorer's contribution.
+    ///
+    /// # Errors
+    ///
+    /// The selection's error, naming the row, worker or field at fault.
+    pub fn select(
+        &self,
+        policy: Arc<Policy>,
+        request: Request,
+        rows: Vec<Row>,
+    ) -> Result<Selection, RouteError> {
+        let converted = CRequest::new(&request);
+        let c_request = converted.c();
+        let mut contributions = vec![0.0; policy.scorers];
+        let out = policy.with(|policy_raw| {
+            self.with(|state| {
+                state.rows.clear();
+                state.rows.extend(rows.iter().map(libroute_row::from));
+                let mut out = std::mem::MaybeUninit::<libroute_selection>::uninit();
+                // SAFETY: the policy is live under its read lock and the selector exclusive
+                // under its mutex; `c_request`'s arrays live in `converted`; the rows and the
+                // contributions buffer are valid for their lengths; `out` is valid for a write.
+                check(unsafe {
+                    route::libroute_select(
+                        policy_raw,
+                        state.raw.as_ptr(),
+                        &raw const c_request,
+                        state.rows.as_ptr(),
+                        state.rows.len(),
+                        out.as_mut_ptr(),
+                        contributions.as_mut_ptr(),
+                        contributions.len(),
+                    )
+                })?;
+                // SAFETY: written by the successful call above.
+                Ok(unsafe { out.assume_init() })
+            })
+        })?;
+        contributions.truncate(out.scorers);
+        Ok(Selection::from_c(&out, contributions))
+    }
+
+    /// Every candidate of the last successful selection, in the order the picker saw them.
+    ///
+    /// # Errors
+    ///
+    /// `Closed` after `release`.
+    pub fn last_costs(&self) -> Result<Vec<Candidate>, RouteError> {
+        self.with(|state| {
+            let capacity = state.capacity;
+            let (mut rows, mut costs) = (vec![0usize; capacity], vec![0.0f64; capacity]);
+            let mut n = 0;
+            // SAFETY: the handle is live; both buffers hold `capacity` values; `n` is writable.
+            check(unsafe {
+                route::libroute_selector_last_costs(
+                    state.raw.as_ptr(),
+                    rows.as_mut_ptr(),
+                    costs.as_mut_ptr(),
+                    capacity,
+                    &raw mut n,
+                )
+            })?;
+            Ok(rows
+                .into_iter()
+                .zip(costs)
+                .take(n)
+                .map(|(row, cost)| Candidate {
+                    row: row as u64,
+                    cost,
+                })
+                .collect())
+        })
+    }
+
+    /// Restarts the seeded stream: the next seeded selection draws as the first did.
+    ///
+    /// # Errors
+    ///
+    /// `Closed` after `release`.
+    pub fn reset_seeded(&self) -> Result<(), RouteError> {
+        self.with(|state| {
+            // SAFETY: the handle is live and the mutex makes this call exclusive.
+            check(unsafe { route::libroute_selector_reset_seeded(state.raw.as_ptr()) })
+        })
+    }
+
+    /// Frees the native selector now; later calls fail with `Closed`. Idempotent.
+    pub fn release(&self) {
+        self.state
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+    }
+}
+
+/// Sizes and weights of a [`Router`]; every slot count is a power of two of at least 8.
+#[derive(Debug, Clone, Copy, PartialEq, uniffi::Record)]
+pub struct RouterConfig {
+    /// Slots of the block table (it holds half as many blocks).
+    pub block_slots: u64,
+    /// Most workers: 64, 256 or 1024.
+    #[uniffi(default = 64)]
+    pub max_workers: u64,
+    /// Slots of the ledger's request table (it books half as many requests).
+    pub request_slots: u64,
+    /// Tombstones kept for replica events that arrive before their booking.
+    #[uniffi(default = 0)]
+    pub tombstones: u64,
+    /// Approximate mode: slots of the prediction map (0: off).
+    #[uniffi(default = 0)]
+    pub prediction_slots: u64,
+    /// Approximate mode: how long a prediction lives, in the unit of `now`.
+    #[uniffi(default = 0)]
+    pub prediction_ttl: u64,
+    /// Credit weight of a host-memory block (the policy's `host_cache_hit_weight`).
+    #[uniffi(default = 0.0)]
+    pub host_weight: f64,
+    /// Credit weight of a disk block (the policy's `disk_cache_hit_weight`).
+    #[uniffi(default = 0.0)]
+    pub disk_weight: f64,
+}
+
+/// A cache tier.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, uniffi::Enum)]
+pub enum Tier {
+    /// GPU memory.
+    Device,
+    /// Host memory.
+    Host,
+    /// Disk.
+    Disk,
+}
+
+/// A KV-cache event from a worker.
+#[derive(Debug, Clone, PartialEq, Eq, uniffi::Enum)]
+pub enum KvEvent {
+    /// The worker stored these chained block hashes in `tier`.
+    Stored {
+        /// The worker.
+        worker: Worker,
+        /// Where.
+        tier: Tier,
+        /// Chained block hashes.
+        hashes: Vec<u64>,
+    },
+    /// The worker removed these block hashes from `tier`.
+    Removed {
+        /// The worker.
+        worker: Worker,
+        /// Where.
+        tier: Tier,
+        /// Block hashes.
+        hashes: Vec<u64>,
+    },
+    /// The worker dropped everything it cached.
+    Cleared {
+        /// The worker.
+        worker: Worker,
+    },
+    /// The worker left.
+    WorkerRemoved {
+        /// The worker.
+        worker: Worker,
+    },
+}
+
+/// A booking event relayed from another router replica.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, uniffi::Enum)]
+pub enum LedgerEvent {
+    /// Another replica booked request `id` on `worker`.
+    Booked {
+        /// The request id.
+        id: u64,
+        /// The worker.
+        worker: Worker,
+        /// Prefill tokens booked.
+        prefill_tokens: u64,
+        /// Blocks booked.
+        blocks: u64,
+    },
+    /// Request `id` completed its prefill.
+    PrefillComplete {
+        /// The request id.
+        id: u64,
+    },
+    /// Request `id` finished or was cancelled.
+    Freed {
+        /// The request id.
+        id: u64,
+    },
+}
+
+/// What a router has done, for hosts to export.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, uniffi::Record)]
+pub struct RouterCounters {
+    /// Blocks in the index.
+    pub blocks: u64,
+    /// Workers the index knows.
+    pub index_workers: u64,
+    /// Blocks evicted to make room.
+    pub evictions: u64,
+    /// KV events refused (worker capacity).
+    pub rejected_kv_events: u64,
+    /// KV removals of unknown blocks or workers, ignored.
+    pub ignored_kv_events: u64,
+    /// Requests booked now.
+    pub active_requests: u64,
+    /// Workers the ledger knows.
+    pub ledger_workers: u64,
+    /// Replica events that repeated one already applied.
+    pub duplicate_ledger_events: u64,
+    /// Replica events that arrived after the event superseding them.
+    pub late_ledger_events: u64,
+    /// Replica events for unknown workers, ignored.
+    pub unknown_worker_ledger_events: u64,
+    /// Live predictions (approximate mode).
+    pub predictions: u64,
+    /// Predictions expired early because their storage was full.
+    pub forced_prediction_expiries: u64,
+}
+
+/// The outcome of [`Router::route`]: the selection and the rows as the router filled them.
+#[derive(Debug, Clone, PartialEq, uniffi::Record)]
+pub struct Routed {
+    /// The selection (request `id` is now booked on its worker).
+    pub selection: Selection,
+    /// The candidates with the cache and load the router found for them.
+    pub rows: Vec<Row>,
+}
+
+struct RouterState {
+    raw: NonNull<libroute_router>,
+}
+
+// SAFETY: the handle is owned exclusively by this state, which the mutex of `Router` guards; the C
+// router has no thread affinity, only a ban on concurrent use.
+unsafe impl Send for RouterState {}
+
+impl Drop for RouterState {
+    fn drop(&mut self) {
+        // SAFETY: `raw` came from `libroute_router_new` and is freed once, here.
+        unsafe { route::libroute_router_free(self.raw.as_ptr()) };
+    }
+}
+
+/// The host's routing state: the prefix-overlap index fed by KV events, the load ledger, and
+/// (in approximate mode) the router's own predictions. Thread-safe (calls are serialized).
+#[derive(uniffi::Object)]
+pub struct Router {
+    state: Mutex<Option<RouterState>>,
+}
+
+impl std::fmt::Debug for Router {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Router")
+    }
+}
+
+impl Router {
+    /// Runs the C call `f` on the live handle, holding the lock.
+    fn with(
+        &self,
+        f: impl FnOnce(*mut libroute_router) -> libroute_status,
+    ) -> Result<(), RouteError> {
+        let state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        match state.as_ref() {
+            Some(state) => check(f(state.raw.as_ptr())),
+            None => Err(closed("router")),
+        }
+    }
+}
+
+fn size(value: u64, what: &str) -> Result<usize, RouteError> {
+    usize::try_from(value).map_err(|_| RouteError::InvalidArgument {
+        message: format!("{what} {value} does not fit this platform's size type"),
+    })
+}
+
+#[uniffi::export]
+impl Router {
+    /// Creates a router; all its memory is allocated here.
+    ///
+    /// # Errors
+    ///
+    /// `InvalidArgument` naming the bad size or weight, `CapacityExceeded` for a table too large.
+    #[uniffi::constructor]
+    pub fn new(config: RouterConfig) -> Result<Arc<Self>, RouteError> {
+        let c = libroute_router_config {
+            block_slots: size(config.block_slots, "block_slots")?,
+            max_workers: size(config.max_workers, "max_workers")?,
+            request_slots: size(config.request_slots, "request_slots")?,
+            tombstones: size(config.tombstones, "tombstones")?,
+            prediction_slots: size(config.prediction_slots, "prediction_slots")?,
+            prediction_ttl: config.prediction_ttl,
+            host_weight: config.host_weight,
+            disk_weight: config.disk_weight,
+        };
+        let mut raw = null_mut();
+        // SAFETY: `c` is a valid config and `raw` a valid out-pointer.
+        check(unsafe { route::libroute_router_new(&raw const c, &raw mut raw) })?;
+        let raw = NonNull::new(raw).ok_or_else(|| RouteError::Panic {
+            message: "libroute_router_new returned no router".to_owned(),
+        })?;
+        Ok(Arc::new(Router {
+            state: Mutex::new(Some(RouterState { raw })),
+        }))
+    }
+
+    /// Registers a worker with the ledger.
+    ///
+    /// # Errors
+    ///
+    /// `CapacityExceeded` beyond `max_workers`.
+    pub fn add_worker(&self, worker: Worker) -> Result<(), RouteError> {
+        // SAFETY: the handle is live and the lock makes the call exclusive.
+        self.with(|r| unsafe { route::libroute_router_add_worker(r, worker.into()) })
+    }
+
+    /// Forgets a worker: its blocks leave the index and its load the ledger.
+    ///
+    /// # Errors
+    ///
+    /// None in practice.
+    pub fn remove_worker(&self, worker: Worker) -> Result<(), RouteError> {
+        // SAFETY: the handle is live and the lock makes the call exclusive.
+        self.with(|r| unsafe { route::libroute_router_remove_worker(r, worker.into()) })
+    }
+
+    /// Applies KV events in order (all or none when one is invalid).
+    ///
+    /// # Errors
+    ///
+    /// `InvalidArgument` naming the invalid event; nothing is applied then.
+    pub fn apply_kv_events(&self, events: Vec<KvEvent>) -> Result<(), RouteError> {
+        let c: Vec<libroute_kv_event> = events
+            .iter()
+            .map(|e| {
+                let (kind, worker, tier, hashes): (_, _, _, &[u64]) = match e {
+                    KvEvent::Stored {
+                        worker,
+                        tier,
+                        hashes,
+                    } => (0, *worker, *tier as u32, hashes),
+                    KvEvent::Removed {
+                        worker,
+                        tier,
+                        hashes,
+                    } => (1, *worker, *tier as u32, hashes),
+                    KvEvent::Cleared { worker } => (2, *worker, 0, &[]),
+                    KvEvent::WorkerRemoved { worker } => (3, *worker, 0, &[]),
+                };
+                libroute_kv_event {
+                    kind,
+                    worker: worker.into(),
+                    tier,
+                    hashes: hashes.as_ptr(),
+                    hashes_len: hashes.len(),
+                }
+            })
+            .collect();
+        // SAFETY: the handle is live and exclusive; `c` holds `c.len()` events whose hashes point
+        // into `events`, which outlives the call.
+        self.with(|r| unsafe { route::libroute_router_apply_kv_events(r, c.as_ptr(), c.len()) })
+    }
+
+    /// Applies replica events (idempotent: repeats and late events are absorbed and counted).
+    ///
+    /// # Errors
+    ///
+    /// None in practice (the kinds are typed).
+    pub fn apply_ledger_events(&self, events: Vec<LedgerEvent>) -> Result<(), RouteError> {
+        let none = libroute_worker {
+            worker_id: 0,
+            dp_rank: 0,
+        };
+        let c: Vec<libroute_ledger_event> = events
+            .iter()
+            .map(|e| match *e {
+                LedgerEvent::Booked {
+                    id,
+                    worker,
+                    prefill_tokens,
+                    blocks,
+                } => libroute_ledger_event {
+                    kind: 0,
+                    id,
+                    worker: worker.into(),
+                    prefill_tokens,
+                    blocks,
+                },
+                LedgerEvent::PrefillComplete { id } => libroute_ledger_event {
+                    kind: 1,
+                    id,
+                    worker: none,
+                    prefill_tokens: 0,
+                    blocks: 0,
+                },
+                LedgerEvent::Freed { id } => libroute_ledger_event {
+                    kind: 2,
+                    id,
+                    worker: none,
+                    prefill_tokens: 0,
+                    blocks: 0,
+                },
+            })
+            .collect();
+        // SAFETY: the handle is live and exclusive; `c` holds `c.len()` events.
+        self.with(|r| unsafe { route::libroute_router_apply_ledger_events(r, c.as_ptr(), c.len()) })
+    }
+
+    /// Books request `id` on `worker` (for hosts that select with a [`Selector`] themselves).
+    ///
+    /// # Errors
+    ///
+    /// `DuplicateRequest`, `UnknownWorker`, `CapacityExceeded`; nothing changes then.
+    pub fn book(
+        &self,
+        id: u64,
+        worker: Worker,
+        prefill_tokens: u64,
+        blocks: u64,
+    ) -> Result<(), RouteError> {
+        self.with(|r| {
+            // SAFETY: the handle is live and the lock makes the call exclusive.
+            unsafe { route::libroute_router_book(r, id, worker.into(), prefill_tokens, blocks) }
+        })
+    }
+
+    /// Marks request `id`'s prefill complete.
+    ///
+    /// # Errors
+    ///
+    /// `UnknownRequest`.
+    pub fn prefill_complete(&self, id: u64) -> Result<(), RouteError> {
+        // SAFETY: the handle is live and the lock makes the call exclusive.
+        self.with(|r| unsafe { route::libroute_router_prefill_complete(r, id) })
+    }
+
+    /// Frees request `id` (finished or cancelled).
+    ///
+    /// # Errors
+    ///
+    /// `UnknownRequest`.
+    pub fn free_request(&self, id: u64) -> Result<(), RouteError> {
+        // SAFETY: the handle is live and the lock makes the call exclusive.
+        self.with(|r| unsafe { route::libroute_router_free_request(r, id) })
+    }
+
+    /// Routes one request: fills the candidates' cache and load (any given are replaced) from the
+    /// index and ledger for
+    /// `hashes` (the request's chained block hashes), selects with `policy`, and books `id` on
+    /// the chosen worker. Nothing is booked on an error.
+    ///
+    /// # Errors
+    ///
+    /// As [`Selector::select`], plus `DuplicateRequest`, `UnknownWorker`, `CapacityExceeded`.
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "mirrors libroute_router_route; each argument is one input of the decision"
+    )]
+    pub fn route(
+        &self,
+        policy: Arc<Policy>,
+        selector: Arc<Selector>,
+        request: Request,
+        hashes: Vec<u64>,
+        candidates: Vec<Row>,
+        id: u64,
+        now: u64,
+    ) -> Result<Routed, RouteError> {
+        let converted = CRequest::new(&request);
+        let c_request = converted.c();
+        policy.with(|policy_raw| {
+            selector.with(|sel| {
+                sel.rows.clear();
+                sel.rows.extend(candidates.iter().map(libroute_row::from));
+                let mut out = std::mem::MaybeUninit::<libroute_selection>::uninit();
+                let selector_raw = sel.raw.as_ptr();
+                let (rows_ptr, rows_len) = (sel.rows.as_mut_ptr(), sel.rows.len());
+                self.with(|r| {
+                    // SAFETY: the policy is live under its read lock, the selector and the router
+                    // exclusive under their mutexes; the request's arrays live in `converted`;
+                    // `hashes` and the rows are valid for their lengths; `out` is writable.
+                    unsafe {
+                        route::libroute_router_route(
+                            r,
+                            policy_raw,
+                            selector_raw,
+                            &raw const c_request,
+                            hashes.as_ptr(),
+                            hashes.len(),
+                            rows_ptr,
+                            rows_len,
+                            id,
+                            now,
+                            out.as_mut_ptr(),
+                        )
+                    }
+                })?;
+                // SAFETY: written by the successful call above.
+                let out = unsafe { out.assume_init() };
+                Ok(Routed {
+                    selection: Selection::from_c(&out, Vec::new()),
+                    rows: sel.rows.iter().map(Row::from).collect(),
+                })
+            })
+        })
+    }
+
+    /// The router's counters.
+    ///
+    /// # Errors
+    ///
+    /// `Closed` after `release`.
+    pub fn counters(&self) -> Result<RouterCounters, RouteError> {
+        let mut c = libroute_router_counters::default();
+        // SAFETY: the handle is live and exclusive; `c` is valid for a write.
+        self.with(|r| unsafe { route::libroute_router_get_counters(r, &raw mut c) })?;
+        Ok(RouterCounters {
+            blocks: c.blocks as u64,
+            index_workers: c.index_workers as u64,
+            evictions: c.evictions,
+            rejected_kv_events: c.rejected_kv_events,
+            ignored_kv_events: c.ignored_kv_events,
+            active_requests: c.active_requests as u64,
+            ledger_workers: c.ledger_workers as u64,
+            duplicate_ledger_events: c.duplicate_ledger_events,
+            late_ledger_events: c.late_ledger_events,
+            unknown_worker_ledger_events: c.unknown_worker_ledger_events,
+            predictions: c.predictions as u64,
+            forced_prediction_expiries: c.forced_prediction_expiries,
+        })
+    }
+
+    /// Frees the router's memory now; later calls fail with `Closed`. Idempotent.
+    pub fn release(&self) {
+        self.state
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+    }
+}
+
+uniffi::setup_scaffolding!("libroute");
+
+/// The library version, `MAJOR.MINOR.PATCH`.
+#[uniffi::export]
+#[must_use]
+pub fn version() -> String {
+    env!("CARGO_PKG_VERSION").to_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request() -> Request {
+        Request {
+            prompt_tokens: 64,
+            block_size: 16,
+            role: Role::Aggregated,
+            track_prefill_tokens: true,
+            conditional_disagg: false,
+            has_tier_matches: false,
+            required_taints: 0,
+            preferred_taints: Vec::new(),
+            shared_hits: None,
+            pin: None,
+        }
+    }
+
+    fn row(worker_id: u64, device_blocks: u32) -> Row {
+        Row {
+            worker: Worker {
+                worker_id,
+                dp_rank: 0,
+            },
+            taints: 0,
+            overloaded: false,
+            cache: Some(RowCache {
+                device_blocks,
+                host_blocks: 0,
+                disk_blocks: 0,
+                effective_blocks: f64::from(device_blocks),
+                effective_tokens: u64::from(device_blocks) * 16,
+            }),
+            load: None,
+        }
+    }
+
+    #[test]
+    fn selects_the_cached_worker_with_its_breakdown() {
+        let policy = Policy::new("{}".to_owned()).unwrap();
+        let selector = Selector::new(16, 1).unwrap();
+        let s = selector
+            .select(policy, request(), vec![row(1, 0), row(2, 3)])
+            .unwrap();
+        // 4 blocks; worker 2 holds 3: cost 4 - 3 = 1 against 4.
+        assert_eq!(s.worker.worker_id, 2);
+        assert_eq!(s.cost, 1.0);
+        assert_eq!(s.contributions, vec![1.0]);
+        assert_eq!(s.reason, PickReason::MinCost { ties: 1 });
+        let costs = selector.last_costs().unwrap();
+        assert_eq!(
+            costs,
+            vec![Candidate { row: 0, cost: 4.0 }, Candidate { row: 1, cost: 1.0 }]
+        );
+    }
+
+    #[test]
+    fn errors_name_what_was_wrong() {
+        let err = Policy::new(r#"{"temperature": -1}"#.to_owned()).unwrap_err();
+        assert!(matches!(err, RouteError::InvalidKnob { .. }), "{err:?}");
+        assert!(err.message().contains("temperature"), "{err}");
+        assert_eq!(err.code(), Some(202));
+        let err = Policy::new(r#"{"temprature": 0}"#.to_owned()).unwrap_err();
+        assert!(matches!(err, RouteError::UnknownKey { .. }), "{err:?}");
+        let policy = Policy::new(String::new()).unwrap();
+        let selector = Selector::new(1, 1).unwrap();
+        let err = selector
+            .select(policy.clone(), request(), vec![row(1, 0), row(2, 0)])
+            .unwrap_err();
+        assert!(matches!(err, RouteError::CapacityExceeded { .. }), "{err:?}");
+        let mut nan = row(1, 1);
+        nan.cache.as_mut().unwrap().effective_blocks = f64::NAN;
+        let err = selector.select(policy, request(), vec![nan]).unwrap_err();
+        assert!(matches!(err, RouteError::InvalidRow { .. }), "{err:?}");
+        assert!(Selector::new(0, 0).is_err());
+    }
+
+    #[test]
+    fn released_objects_fail_with_closed() {
+        let policy = Policy::new(String::new()).unwrap();
+        let selector = Selector::new(4, 1).unwrap();
+        policy.release();
+        policy.release();
+        let err = selector
+            .select(policy.clone(), request(), vec![row(1, 0)])
+            .unwrap_err();
+        assert!(matches!(err, RouteError::Closed { .. }), "{err:?}");
+        assert_eq!(err.code(), None);
+        selector.release();
+        assert!(matches!(
+            selector.last_costs(),
+            Err(RouteError::Closed { .. })
+        ));
+        assert!(matches!(
+            policy.inputs(Role::Decode, false),
+            Err(RouteError::Closed { .. })
+        ));
+    }
+
+    #[test]
+    fn the_router_routes_to_the_worker_holding_the_prefix_and_books_it() {
+        let router = Router::new(RouterConfig {
+            block_slots: 64,
+            max_workers: 64,
+            request_slots: 64,
+            tombstones: 0,
+            prediction_slots: 0,
+            prediction_ttl: 0,
+            host_weight: 0.0,
+            disk_weight: 0.0,
+        })
+        .unwrap();
+        let (a, b) = (
+            Worker {
+                worker_id: 1,
+                dp_rank: 0,
+            },
+            Worker {
+                worker_id: 2,
+                dp_rank: 0,
+            },
+        );
+        router.add_worker(a).unwrap();
+        router.add_worker(b).unwrap();
+        router
+            .apply_kv_events(vec![KvEvent::Stored {
+                worker: b,
+                tier: Tier::Device,
+                hashes: vec![11, 12, 13],
+            }])
+            .unwrap();
+        let policy = Policy::new(String::new()).unwrap();
+        let selector = Selector::new(16, 1).unwrap();
+        let candidates = vec![row(1, 0), row(2, 0)];
+        let outcome = router
+            .route(
+                policy.clone(),
+                selector.clone(),
+                request(),
+                vec![11, 12, 13, 14],
+                candidates.clone(),
+                7,
+                0,
+            )
+            .unwrap();
+        assert_eq!(outcome.selection.worker, b);
+        assert_eq!(outcome.rows[1].cache.unwrap().device_blocks, 3);
+        assert_eq!(router.counters().unwrap().active_requests, 1);
+        let err = router
+            .route(policy, selector, request(), vec![], candidates, 7, 0)
+            .unwrap_err();
+        assert!(matches!(err, RouteError::DuplicateRequest { .. }), "{err:?}");
+        router.free_request(7).unwrap();
+        assert!(matches!(
+            router.free_request(7),
+            Err(RouteError::UnknownRequest { .. })
+        ));
+        router.release();
+        assert!(matches!(router.counters(), Err(RouteError::Closed { .. })));
+    }
+}
