@@ -19,6 +19,7 @@
     reason = "uniffi passes foreign arguments by value"
 )]
 
+use std::mem::size_of;
 use std::ptr::{NonNull, null, null_mut};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 
@@ -38,13 +39,14 @@ macro_rules! route_error {
         #[derive(Debug, Clone, PartialEq, Eq, uniffi::Error)]
         pub enum RouteError {
             $($(#[$doc])* $variant {
-                /// What exactly was wrong.
-                message: String,
+                /// What exactly was wrong. (Not `message`: that name belongs to the foreign
+                /// exception classes.)
+                detail: String,
             },)*
             /// The object was released (`release()`); it cannot be used any more.
             Closed {
                 /// Which object.
-                message: String,
+                detail: String,
             },
         }
 
@@ -58,9 +60,9 @@ macro_rules! route_error {
                     format!("{}: {detail}", status.message())
                 };
                 match status {
-                    $(libroute_status::$variant => Self::$variant { message },)*
+                    $(libroute_status::$variant => Self::$variant { detail: message },)*
                     libroute_status::Ok => Self::Panic {
-                        message: "an error was reported for a successful call (a bug)".to_owned(),
+                        detail: "an error was reported for a successful call (a bug)".to_owned(),
                     },
                 }
             }
@@ -69,8 +71,8 @@ macro_rules! route_error {
             #[must_use]
             pub fn message(&self) -> &str {
                 match self {
-                    $(Self::$variant { message } => message,)*
-                    Self::Closed { message } => message,
+                    $(Self::$variant { detail } => detail,)*
+                    Self::Closed { detail } => detail,
                 }
             }
 
@@ -389,6 +391,70 @@ impl From<&libroute_row> for Row {
     }
 }
 
+/// Bytes per packed row: the C `libroute_row` layout, little-endian, 4 padding bytes after
+/// `dp_rank`: `worker_id` u64 @0, `dp_rank` u32 @8, `taints` u64 @16, `flags` u32 @24
+/// (1 cache, 2 load, 4 overloaded), `device_blocks` u32 @28, `host_blocks` u32 @32,
+/// `disk_blocks` u32 @36, `effective_blocks` f64 @40, `effective_tokens` u64 @48,
+/// `active_prefill_tokens` u64 @56, `active_decode_blocks` u64 @64, `active_requests` u64 @72.
+pub const PACKED_ROW_BYTES: u32 = 80;
+
+/// [`PACKED_ROW_BYTES`] as a length.
+const ROW: usize = PACKED_ROW_BYTES as usize;
+
+// The packed row is the C row's layout (on a little-endian machine, the same bytes).
+const _: () = assert!(ROW == size_of::<libroute_row>());
+
+/// The size in bytes of one packed row ([`Selector::select_packed`]).
+#[uniffi::export]
+#[must_use]
+pub fn packed_row_size() -> u32 {
+    PACKED_ROW_BYTES
+}
+
+/// Decodes packed rows into `out`.
+fn unpack_rows(bytes: &[u8], out: &mut Vec<libroute_row>) -> Result<(), RouteError> {
+    if bytes.len() % ROW != 0 {
+        return Err(RouteError::InvalidArgument {
+            detail: format!(
+                "{} bytes of packed rows is not a multiple of the row size {PACKED_ROW_BYTES}",
+                bytes.len()
+            ),
+        });
+    }
+    out.extend(bytes.chunks_exact(ROW).map(|b| {
+        let u64_at = |at: usize| {
+            u64::from_le_bytes([
+                b[at],
+                b[at + 1],
+                b[at + 2],
+                b[at + 3],
+                b[at + 4],
+                b[at + 5],
+                b[at + 6],
+                b[at + 7],
+            ])
+        };
+        let u32_at = |at: usize| u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]]);
+        libroute_row {
+            worker: libroute_worker {
+                worker_id: u64_at(0),
+                dp_rank: u32_at(8),
+            },
+            taints: u64_at(16),
+            flags: u32_at(24),
+            device_blocks: u32_at(28),
+            host_blocks: u32_at(32),
+            disk_blocks: u32_at(36),
+            effective_blocks: f64::from_bits(u64_at(40)),
+            effective_tokens: u64_at(48),
+            active_prefill_tokens: u64_at(56),
+            active_decode_blocks: u64_at(64),
+            active_requests: u64_at(72),
+        }
+    }));
+    Ok(())
+}
+
 /// Why the chosen row was chosen.
 #[derive(Debug, Clone, Copy, PartialEq, uniffi::Enum)]
 pub enum PickReason {
@@ -559,7 +625,7 @@ impl Drop for PolicyHandle {
 
 fn closed(what: &str) -> RouteError {
     RouteError::Closed {
-        message: format!("this {what} was released"),
+        detail: format!("this {what} was released"),
     }
 }
 
@@ -605,7 +671,7 @@ impl Policy {
             route::libroute_policy_new(json.as_ptr().cast(), json.len(), &raw mut raw)
         })?;
         let raw = NonNull::new(raw).ok_or_else(|| RouteError::Panic {
-            message: "libroute_policy_new returned no policy".to_owned(),
+            detail: "libroute_policy_new returned no policy".to_owned(),
         })?;
         Ok(Arc::new(Policy {
             handle: RwLock::new(Some(PolicyHandle(raw))),
@@ -682,6 +748,44 @@ impl std::fmt::Debug for Selector {
 }
 
 impl Selector {
+    /// Fills the reused row buffer with `fill` and selects.
+    fn select_with(
+        &self,
+        policy: &Policy,
+        request: &Request,
+        fill: impl FnOnce(&mut Vec<libroute_row>) -> Result<(), RouteError>,
+    ) -> Result<Selection, RouteError> {
+        let converted = CRequest::new(request);
+        let c_request = converted.c();
+        let mut contributions = vec![0.0; policy.scorers];
+        let out = policy.with(|policy_raw| {
+            self.with(|state| {
+                state.rows.clear();
+                fill(&mut state.rows)?;
+                let mut out = std::mem::MaybeUninit::<libroute_selection>::uninit();
+                // SAFETY: the policy is live under its read lock and the selector exclusive
+                // under its mutex; `c_request`'s arrays live in `converted`; the rows and the
+                // contributions buffer are valid for their lengths; `out` is valid for a write.
+                check(unsafe {
+                    route::libroute_select(
+                        policy_raw,
+                        state.raw.as_ptr(),
+                        &raw const c_request,
+                        state.rows.as_ptr(),
+                        state.rows.len(),
+                        out.as_mut_ptr(),
+                        contributions.as_mut_ptr(),
+                        contributions.len(),
+                    )
+                })?;
+                // SAFETY: written by the successful call above.
+                Ok(unsafe { out.assume_init() })
+            })
+        })?;
+        contributions.truncate(out.scorers);
+        Ok(Selection::from_c(&out, contributions))
+    }
+
     /// Runs `f` on the live state, holding the lock.
     fn with<R>(
         &self,
@@ -710,7 +814,7 @@ impl Selector {
         // SAFETY: `raw` is a valid out-pointer.
         check(unsafe { route::libroute_selector_new(capacity as usize, entropy, &raw mut raw) })?;
         let raw = NonNull::new(raw).ok_or_else(|| RouteError::Panic {
-            message: "libroute_selector_new returned no selector".to_owned(),
+            detail: "libroute_selector_new returned no selector".to_owned(),
         })?;
         Ok(Arc::new(Selector {
             state: Mutex::new(Some(SelectorState {
@@ -732,35 +836,27 @@ impl Selector {
         request: Request,
         rows: Vec<Row>,
     ) -> Result<Selection, RouteError> {
-        let converted = CRequest::new(&request);
-        let c_request = converted.c();
-        let mut contributions = vec![0.0; policy.scorers];
-        let out = policy.with(|policy_raw| {
-            self.with(|state| {
-                state.rows.clear();
-                state.rows.extend(rows.iter().map(libroute_row::from));
-                let mut out = std::mem::MaybeUninit::<libroute_selection>::uninit();
-                // SAFETY: the policy is live under its read lock and the selector exclusive
-                // under its mutex; `c_request`'s arrays live in `converted`; the rows and the
-                // contributions buffer are valid for their lengths; `out` is valid for a write.
-                check(unsafe {
-                    route::libroute_select(
-                        policy_raw,
-                        state.raw.as_ptr(),
-                        &raw const c_request,
-                        state.rows.as_ptr(),
-                        state.rows.len(),
-                        out.as_mut_ptr(),
-                        contributions.as_mut_ptr(),
-                        contributions.len(),
-                    )
-                })?;
-                // SAFETY: written by the successful call above.
-                Ok(unsafe { out.assume_init() })
-            })
-        })?;
-        contributions.truncate(out.scorers);
-        Ok(Selection::from_c(&out, contributions))
+        self.select_with(&policy, &request, |buffer| {
+            buffer.extend(rows.iter().map(libroute_row::from));
+            Ok(())
+        })
+    }
+
+    /// [`Selector::select`] for rows packed as bytes ([`PACKED_ROW_BYTES`] per row, see
+    /// [`packed_row_size`]): one copy instead of a field-by-field conversion of each record,
+    /// which is what dominates a selection from Python or the JVM.
+    ///
+    /// # Errors
+    ///
+    /// `InvalidArgument` when the length is not a multiple of the row size; otherwise as
+    /// [`Selector::select`].
+    pub fn select_packed(
+        &self,
+        policy: Arc<Policy>,
+        request: Request,
+        rows: Vec<u8>,
+    ) -> Result<Selection, RouteError> {
+        self.select_with(&policy, &request, |buffer| unpack_rows(&rows, buffer))
     }
 
     /// Every candidate of the last successful selection, in the order the picker saw them.
@@ -995,7 +1091,7 @@ impl Router {
 
 fn size(value: u64, what: &str) -> Result<usize, RouteError> {
     usize::try_from(value).map_err(|_| RouteError::InvalidArgument {
-        message: format!("{what} {value} does not fit this platform's size type"),
+        detail: format!("{what} {value} does not fit this platform's size type"),
     })
 }
 
@@ -1022,7 +1118,7 @@ impl Router {
         // SAFETY: `c` is a valid config and `raw` a valid out-pointer.
         check(unsafe { route::libroute_router_new(&raw const c, &raw mut raw) })?;
         let raw = NonNull::new(raw).ok_or_else(|| RouteError::Panic {
-            message: "libroute_router_new returned no router".to_owned(),
+            detail: "libroute_router_new returned no router".to_owned(),
         })?;
         Ok(Arc::new(Router {
             state: Mutex::new(Some(RouterState { raw })),
@@ -1326,7 +1422,10 @@ mod tests {
         let costs = selector.last_costs().unwrap();
         assert_eq!(
             costs,
-            vec![Candidate { row: 0, cost: 4.0 }, Candidate { row: 1, cost: 1.0 }]
+            vec![
+                Candidate { row: 0, cost: 4.0 },
+                Candidate { row: 1, cost: 1.0 }
+            ]
         );
     }
 
@@ -1343,7 +1442,10 @@ mod tests {
         let err = selector
             .select(policy.clone(), request(), vec![row(1, 0), row(2, 0)])
             .unwrap_err();
-        assert!(matches!(err, RouteError::CapacityExceeded { .. }), "{err:?}");
+        assert!(
+            matches!(err, RouteError::CapacityExceeded { .. }),
+            "{err:?}"
+        );
         let mut nan = row(1, 1);
         nan.cache.as_mut().unwrap().effective_blocks = f64::NAN;
         let err = selector.select(policy, request(), vec![nan]).unwrap_err();
@@ -1425,7 +1527,10 @@ mod tests {
         let err = router
             .route(policy, selector, request(), vec![], candidates, 7, 0)
             .unwrap_err();
-        assert!(matches!(err, RouteError::DuplicateRequest { .. }), "{err:?}");
+        assert!(
+            matches!(err, RouteError::DuplicateRequest { .. }),
+            "{err:?}"
+        );
         router.free_request(7).unwrap();
         assert!(matches!(
             router.free_request(7),
@@ -1433,5 +1538,102 @@ mod tests {
         ));
         router.release();
         assert!(matches!(router.counters(), Err(RouteError::Closed { .. })));
+    }
+}
+
+#[cfg(test)]
+mod packed {
+    use super::*;
+    use std::mem::offset_of;
+
+    /// A row packed by hand, byte by byte as the documentation of `PACKED_ROW_BYTES` says.
+    fn pack(r: &libroute_row) -> Vec<u8> {
+        let mut b = Vec::with_capacity(ROW);
+        b.extend(r.worker.worker_id.to_le_bytes());
+        b.extend(r.worker.dp_rank.to_le_bytes());
+        b.extend([0; 4]);
+        b.extend(r.taints.to_le_bytes());
+        for v in [r.flags, r.device_blocks, r.host_blocks, r.disk_blocks] {
+            b.extend(v.to_le_bytes());
+        }
+        b.extend(r.effective_blocks.to_bits().to_le_bytes());
+        for v in [
+            r.effective_tokens,
+            r.active_prefill_tokens,
+            r.active_decode_blocks,
+            r.active_requests,
+        ] {
+            b.extend(v.to_le_bytes());
+        }
+        b
+    }
+
+    #[test]
+    fn the_documented_offsets_are_the_c_rows() {
+        assert_eq!(offset_of!(libroute_row, taints), 16);
+        assert_eq!(offset_of!(libroute_row, flags), 24);
+        assert_eq!(offset_of!(libroute_row, effective_blocks), 40);
+        assert_eq!(offset_of!(libroute_row, active_requests), 72);
+    }
+
+    #[test]
+    fn packed_rows_select_as_records_do() {
+        let rows: Vec<Row> = (0..64u64)
+            .map(|i| Row {
+                worker: Worker {
+                    worker_id: i,
+                    dp_rank: (i % 3) as u32,
+                },
+                taints: i * 7,
+                overloaded: i % 17 == 5,
+                cache: (i % 4 != 0).then_some(RowCache {
+                    device_blocks: (i % 9) as u32,
+                    host_blocks: (i % 5) as u32,
+                    disk_blocks: 1,
+                    effective_blocks: (i % 9) as f64 * 0.75,
+                    effective_tokens: i * 12,
+                }),
+                load: (i % 5 != 0).then_some(RowLoad {
+                    active_prefill_tokens: i * 131 % 4096,
+                    active_decode_blocks: i * 17 % 509,
+                    active_requests: i % 13,
+                }),
+            })
+            .collect();
+        let bytes: Vec<u8> = rows
+            .iter()
+            .flat_map(|r| pack(&libroute_row::from(r)))
+            .collect();
+        let mut decoded = Vec::new();
+        unpack_rows(&bytes, &mut decoded).unwrap();
+        let roundtrip: Vec<Row> = decoded.iter().map(Row::from).collect();
+        assert_eq!(roundtrip, rows);
+        let policy = Policy::new(r#"{"temperature": 0.5, "seed": 9}"#.to_owned()).unwrap();
+        let request = Request {
+            prompt_tokens: 512,
+            block_size: 16,
+            role: Role::Aggregated,
+            track_prefill_tokens: true,
+            conditional_disagg: false,
+            has_tier_matches: true,
+            required_taints: 0,
+            preferred_taints: Vec::new(),
+            shared_hits: None,
+            pin: None,
+        };
+        let (a, b) = (Selector::new(64, 1).unwrap(), Selector::new(64, 1).unwrap());
+        for _ in 0..20 {
+            let x = a
+                .select(policy.clone(), request.clone(), rows.clone())
+                .unwrap();
+            let y = b
+                .select_packed(policy.clone(), request.clone(), bytes.clone())
+                .unwrap();
+            assert_eq!(x, y);
+        }
+        let err = a
+            .select_packed(policy, request, bytes[..79].to_vec())
+            .unwrap_err();
+        assert!(matches!(err, RouteError::InvalidArgument { .. }), "{err}");
     }
 }
