@@ -1,0 +1,85 @@
+"""The host side: KV events into the index, bookings in the ledger, one-call routing."""
+
+import threading
+
+import pytest
+
+import libroute
+
+A, B = libroute.Worker(worker_id=1), libroute.Worker(worker_id=2)
+
+
+def config(**kw):
+    return libroute.RouterConfig(block_slots=64, request_slots=64, **kw)
+
+
+def candidates():
+    return [libroute.Row(worker=A), libroute.Row(worker=B)]
+
+
+def request():
+    return libroute.Request(prompt_tokens=64, block_size=16, role=libroute.Role.AGGREGATED)
+
+
+def test_route_follows_the_cached_prefix_and_books():
+    router = libroute.Router(config())
+    router.add_worker(A)
+    router.add_worker(B)
+    router.apply_kv_events(
+        [libroute.KvEvent.STORED(worker=B, tier=libroute.Tier.DEVICE, hashes=[11, 12, 13])]
+    )
+    policy, selector = libroute.Policy("{}"), libroute.Selector(16, 1)
+    routed = router.route(policy, selector, request(), [11, 12, 13, 14], candidates(), 7, 0)
+    # 4 blocks. Worker 2 holds 3: 1 block to prefill + 1 new decode block = 2. Worker 1 holds
+    # none: 4 + 4 = 8. (The ledger projects this request's own load onto each candidate.)
+    assert routed.selection.worker == B
+    assert [(c.row, c.cost) for c in selector.last_costs()] == [(0, 8.0), (1, 2.0)]
+    assert routed.rows[1].cache.device_blocks == 3
+    assert routed.rows[0].cache is None or routed.rows[0].cache.device_blocks == 0
+    counters = router.counters()
+    assert (counters.blocks, counters.active_requests) == (3, 1)
+    with pytest.raises(libroute.RouteError.DuplicateRequest):
+        router.route(policy, selector, request(), [], candidates(), 7, 0)
+    router.prefill_complete(7)
+    router.free_request(7)
+    with pytest.raises(libroute.RouteError.UnknownRequest):
+        router.free_request(7)
+    assert router.counters().active_requests == 0
+
+
+def test_replica_events_are_idempotent():
+    router = libroute.Router(config(tombstones=8))
+    router.add_worker(A)
+    booked = libroute.LedgerEvent.BOOKED(id=5, worker=A, prefill_tokens=64, blocks=4)
+    router.apply_ledger_events([booked, booked, libroute.LedgerEvent.FREED(id=5)])
+    counters = router.counters()
+    assert counters.active_requests == 0
+    assert counters.duplicate_ledger_events == 1
+
+
+def test_bad_router_config_names_the_field():
+    with pytest.raises(libroute.RouteError.InvalidArgument, match="block_slots"):
+        libroute.Router(libroute.RouterConfig(block_slots=100, request_slots=64))
+    with pytest.raises(libroute.RouteError.UnknownWorker):
+        libroute.Router(config()).book(1, A, 16, 1)
+
+
+def test_one_policy_many_threads():
+    policy = libroute.Policy('{"temperature": 0.7, "seed": 42}')
+    rows = candidates()
+    errors = []
+
+    def work():
+        selector = libroute.Selector(16, 0)
+        try:
+            for _ in range(200):
+                selector.select(policy, request(), rows)
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
