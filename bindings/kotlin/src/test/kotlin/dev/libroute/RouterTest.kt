@@ -1,0 +1,69 @@
+package dev.libroute
+
+import java.util.concurrent.Executors
+import java.util.concurrent.TimeUnit
+import org.junit.jupiter.api.Assertions.assertEquals
+import org.junit.jupiter.api.Test
+import org.junit.jupiter.api.assertThrows
+
+/** The host side: KV events into the index, bookings in the ledger, one-call routing. */
+class RouterTest {
+    private val a = Worker(1uL)
+    private val b = Worker(2uL)
+    private val request = Request(promptTokens = 64uL, blockSize = 16u, role = Role.AGGREGATED)
+    private val candidates = listOf(Row(a), Row(b))
+
+    @Test
+    fun routeFollowsTheCachedPrefixAndBooks() {
+        val router = Router(RouterConfig(blockSlots = 64uL, requestSlots = 64uL))
+        router.addWorker(a)
+        router.addWorker(b)
+        router.applyKvEvents(listOf(KvEvent.Stored(b, Tier.DEVICE, listOf(11uL, 12uL, 13uL))))
+        val policy = Policy("{}")
+        val selector = Selector(16u, 1uL)
+        val routed = router.route(policy, selector, request, listOf(11uL, 12uL, 13uL, 14uL), candidates, 7uL, 0uL)
+        // 4 blocks. Worker 2 holds 3: 1 block to prefill + 1 new decode block = 2; worker 1: 4 + 4.
+        assertEquals(b, routed.selection.worker)
+        assertEquals(listOf(Candidate(0uL, 8.0), Candidate(1uL, 2.0)), selector.lastCosts())
+        assertEquals(3u, routed.rows[1].cache?.deviceBlocks)
+        assertEquals(1uL, router.counters().activeRequests)
+        assertThrows<RouteException.DuplicateRequest> {
+            router.route(policy, selector, request, listOf(), candidates, 7uL, 0uL)
+        }
+        router.prefillComplete(7uL)
+        router.freeRequest(7uL)
+        assertThrows<RouteException.UnknownRequest> { router.freeRequest(7uL) }
+    }
+
+    @Test
+    fun replicaEventsAreIdempotent() {
+        val router = Router(RouterConfig(blockSlots = 64uL, requestSlots = 64uL, tombstones = 8uL))
+        router.addWorker(a)
+        val booked = LedgerEvent.Booked(5uL, a, 64uL, 4uL)
+        router.applyLedgerEvents(listOf(booked, booked, LedgerEvent.Freed(5uL)))
+        assertEquals(0uL, router.counters().activeRequests)
+        assertEquals(1uL, router.counters().duplicateLedgerEvents)
+    }
+
+    @Test
+    fun badRouterConfigNamesTheField() {
+        val e = assertThrows<RouteException.InvalidArgument> {
+            Router(RouterConfig(blockSlots = 100uL, requestSlots = 64uL))
+        }
+        assert(e.detail.contains("block_slots")) { e.detail }
+    }
+
+    @Test
+    fun onePolicyManyThreads() {
+        val policy = Policy("""{"temperature": 0.7, "seed": 42}""")
+        val pool = Executors.newFixedThreadPool(4)
+        val jobs = (0 until 4).map {
+            pool.submit<Int> {
+                Selector(16u, 0uL).use { s -> (0 until 200).count { s.select(policy, request, candidates).row < 2uL } }
+            }
+        }
+        assertEquals(800, jobs.sumOf { it.get() })
+        pool.shutdown()
+        pool.awaitTermination(10, TimeUnit.SECONDS)
+    }
+}
