@@ -4,7 +4,9 @@
 //!
 //! - `ci`: everything CI checks, in order (format, clippy with warnings denied, all tests, the
 //!   corpus, the no_std and no-alloc proofs, MSRV, the package check, a short fuzz run, the demo).
+//! - `codegen [--check]`: write (or check fresh) the C header and the uniffi bindings.
 //! - `scenarios PATH...`: evaluate golden-corpus files with the core; one line per mismatch.
+//! - `c-tests`, `consumers`, `go`, `python`, `kotlin [--bench]`, `swift`: each language's tests.
 //! - `check`: the no_std proofs (bare-metal link without an allocator, dependency features).
 //! - `package`: `cargo package` every publishable crate and check what each would ship.
 //! - `fuzz [--time SECONDS]`: run every cargo-fuzz target, nightly with ASan when available.
@@ -31,8 +33,9 @@ use std::time::Instant;
 
 pub(crate) type Result<T = ()> = std::result::Result<T, String>;
 
-const USAGE: &str =
-    "usage: cargo xtask <ci | scenarios PATH... | check | package | fuzz [--time SECONDS] | bench>";
+const USAGE: &str = "usage: cargo xtask <ci | codegen [--check] | scenarios PATH... | check | \
+                     dist --prefix DIR | c-tests | consumers | go | python | kotlin [--bench] | swift | \
+                     package | fuzz [--time SECONDS] | bench>";
 
 /// The bare-metal target the no_std proof links for.
 const BARE_METAL: &str = "thumbv7em-none-eabihf";
@@ -76,6 +79,13 @@ fn main() -> ExitCode {
         Some("c-tests") => native::c_tests(),
         Some("consumers") => native::consumers(),
         Some("go") => native::go_tests(),
+        Some("python") => native::python_tests(),
+        Some("kotlin") => match &args[1..] {
+            [] => native::kotlin_tests(false),
+            [flag] if flag == "--bench" => native::kotlin_tests(true),
+            _ => Err("usage: cargo xtask kotlin [--bench]".to_owned()),
+        },
+        Some("swift") => native::swift_tests(),
         Some("package") => package(),
         Some("fuzz") => parse_time(&args[1..]).and_then(fuzz),
         Some("bench") => cargo(&["bench", "-p", "libroute-benches"]),
@@ -519,6 +529,18 @@ fn ci() -> Result {
         (
             "Go (vet, race, cgocheck2, fuzz)",
             Box::new(native::go_tests),
+        ),
+        (
+            "Python (pip install, pytest)",
+            Box::new(native::python_tests),
+        ),
+        (
+            "Kotlin (mvn test)",
+            Box::new(|| native::kotlin_tests(false)),
+        ),
+        (
+            "Swift (where a toolchain exists)",
+            Box::new(native::swift_tests),
         ),
         (
             "install, pkg-config and CMake consumers",

@@ -350,6 +350,62 @@ pub(crate) fn go_tests() -> Result {
     )
 }
 
+/// The Python package: a virtual environment under `target/`, `pip install ./bindings/python`
+/// (which builds the uniffi library with cargo), and its pytest suite run against the installed
+/// package, from outside the source tree.
+pub(crate) fn python_tests() -> Result {
+    let root = root();
+    let venv = root.join("target/python-venv");
+    let python = venv.join("bin/python");
+    if !python.exists() {
+        run(Command::new("python3").arg("-m").arg("venv").arg(&venv))
+            .map_err(|e| format!("cannot create a Python virtual environment: {e}"))?;
+    }
+    run(Command::new(&python)
+        .args([
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+        ])
+        .arg(root.join("bindings/python"))
+        .arg("pytest")
+        .current_dir(&root))?;
+    run(Command::new(&python)
+        .args(["-m", "pytest", "-q", "-p", "no:cacheprovider"])
+        .arg(root.join("bindings/python/tests"))
+        .current_dir(root.join("target")))
+}
+
+/// The Kotlin bindings: `mvn test` (corpus, bad input, router) against the uniffi library.
+pub(crate) fn kotlin_tests(bench: bool) -> Result {
+    crate::codegen::uniffi_library()?;
+    let dir = root().join("bindings/kotlin");
+    let mut cmd = Command::new("mvn");
+    cmd.args(["-B", "-q", "-Dstyle.color=never", "test"])
+        .current_dir(&dir);
+    if bench {
+        cmd.args(["-Dlibroute.bench=true", "-Dtest=BenchSelect64"]);
+    }
+    run(&mut cmd)
+}
+
+/// The Swift package: `swift test` where a Swift toolchain exists; says so plainly otherwise.
+pub(crate) fn swift_tests() -> Result {
+    if !crate::succeeds(Command::new("swift").arg("--version")) {
+        eprintln!(
+            "swift: SKIPPED, no Swift toolchain on this machine: the generated bindings were \
+             checked fresh by codegen --check but not compiled"
+        );
+        return Ok(());
+    }
+    crate::codegen::uniffi_library()?;
+    run(Command::new("swift")
+        .arg("test")
+        .current_dir(root().join("bindings/swift")))
+}
+
 #[cfg(test)]
 mod tests {
     #[test]
