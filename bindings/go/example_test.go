@@ -44,3 +44,31 @@ func ExampleError() {
 	// true
 	// libroute: a configuration value is out of range: invalid shared_cache_multiplier = 2: must be within [0, 1]
 }
+
+// A router keeps the index and the ledger: KV events in, one call to route and book.
+func ExampleRouter() {
+	router, err := libroute.NewRouter(libroute.RouterConfig{BlockSlots: 1024, MaxWorkers: 64, RequestSlots: 256})
+	if err != nil {
+		panic(err)
+	}
+	defer router.Close()
+	a, b := libroute.Worker{ID: 1}, libroute.Worker{ID: 2}
+	_ = router.AddWorker(a)
+	_ = router.AddWorker(b)
+	// Worker 2 reports that it cached the first three blocks of a prompt.
+	_ = router.ApplyKvEvents([]libroute.KvEvent{{Kind: libroute.KvStored, Worker: b, Tier: libroute.TierDevice, Hashes: []uint64{11, 12, 13}}})
+
+	policy, _ := libroute.NewPolicy("")
+	defer policy.Close()
+	selector, _ := libroute.NewSelector(64, 1)
+	defer selector.Close()
+	req := libroute.Request{PromptTokens: 64, BlockSize: 16, Role: libroute.RoleAggregated, TrackPrefillTokens: true}
+	rows := []libroute.Row{{Worker: a}, {Worker: b}}
+	sel, err := router.Route(policy, selector, &req, []uint64{11, 12, 13, 14}, rows, 42, 0)
+	if err != nil {
+		panic(err)
+	}
+	fmt.Printf("request 42 -> worker %d (%d blocks cached there)\n", sel.Worker.ID, rows[sel.Row].DeviceBlocks)
+	_ = router.FreeRequest(42)
+	// Output: request 42 -> worker 2 (3 blocks cached there)
+}

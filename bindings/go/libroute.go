@@ -27,6 +27,7 @@ static libroute_status lr_select(const libroute_policy *policy, libroute_selecto
   if (rc != LIBROUTE_STATUS_OK) libroute_last_error(detail, detail_len, detail_n);
   return rc;
 }
+
 */
 import "C"
 
@@ -337,6 +338,25 @@ func (s *Selector) Select(policy *Policy, req *Request, rows []Row) (Selection, 
 	}
 	var pinner runtime.Pinner
 	defer pinner.Unpin()
+	c := s.cRequest(req, &pinner)
+	var rowsPtr *C.libroute_row
+	if len(rows) > 0 {
+		rowsPtr = (*C.libroute_row)(unsafe.Pointer(&rows[0]))
+	}
+	rc := C.lr_select(policy.ptr, s.ptr, c, rowsPtr, C.size_t(len(rows)), &s.out, &s.parts[0], C.size_t(len(s.parts)),
+		&s.detail[0], C.size_t(len(s.detail)), &s.detailLen)
+	runtime.KeepAlive(rows)
+	runtime.KeepAlive(req)
+	runtime.KeepAlive(policy)
+	runtime.KeepAlive(s)
+	if rc != C.LIBROUTE_STATUS_OK {
+		return Selection{}, &Error{Status: Status(rc), Detail: C.GoStringN(&s.detail[0], C.int(s.detailLen))}
+	}
+	return s.selection(true), nil
+}
+
+// cRequest fills the selector's scratch C request from req, pinning the Go memory it points to.
+func (s *Selector) cRequest(req *Request, pinner *runtime.Pinner) *C.libroute_request {
 	c := &s.req
 	*c = C.libroute_request{}
 	c.prompt_tokens = C.uint64_t(req.PromptTokens)
@@ -365,19 +385,11 @@ func (s *Selector) Select(policy *Policy, req *Request, rows []Row) (Selection, 
 			c.shared_hits_len = C.size_t(len(req.SharedHits))
 		}
 	}
-	var rowsPtr *C.libroute_row
-	if len(rows) > 0 {
-		rowsPtr = (*C.libroute_row)(unsafe.Pointer(&rows[0]))
-	}
-	rc := C.lr_select(policy.ptr, s.ptr, c, rowsPtr, C.size_t(len(rows)), &s.out, &s.parts[0], C.size_t(len(s.parts)),
-		&s.detail[0], C.size_t(len(s.detail)), &s.detailLen)
-	runtime.KeepAlive(rows)
-	runtime.KeepAlive(req)
-	runtime.KeepAlive(policy)
-	runtime.KeepAlive(s)
-	if rc != C.LIBROUTE_STATUS_OK {
-		return Selection{}, &Error{Status: Status(rc), Detail: C.GoStringN(&s.detail[0], C.int(s.detailLen))}
-	}
+	return c
+}
+
+// selection converts the selector's scratch C selection (with the contributions if parts).
+func (s *Selector) selection(parts bool) Selection {
 	out := &s.out
 	sel := Selection{
 		Row:           int(out.row),
@@ -391,10 +403,13 @@ func (s *Selector) Select(policy *Policy, req *Request, rows []Row) (Selection, 
 		CachedTokens:  uint64(out.cached_tokens),
 		Scorers:       int(out.scorers),
 	}
+	if !parts {
+		sel.Scorers = 0
+	}
 	for i := 0; i < sel.Scorers && i < len(sel.Contributions); i++ {
 		sel.Contributions[i] = float64(s.parts[i])
 	}
-	return sel, nil
+	return sel
 }
 
 // Candidate is one candidate of the last selection: its row index and total cost.

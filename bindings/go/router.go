@@ -1,0 +1,276 @@
+package libroute
+
+/*
+#include "libroute.h"
+// Routes and, on failure, reads the detail message in the same C call (see lr_select).
+static libroute_status lr_route(libroute_router *router, const libroute_policy *policy,
+                                libroute_selector *selector, const libroute_request *request,
+                                const uint64_t *hashes, size_t hashes_len, libroute_row *rows,
+                                size_t rows_len, uint64_t id, uint64_t now, libroute_selection *out,
+                                char *detail, size_t detail_len, size_t *detail_n) {
+  libroute_status rc = libroute_router_route(router, policy, selector, request, hashes, hashes_len,
+                                             rows, rows_len, id, now, out);
+  *detail_n = 0;
+  if (rc != LIBROUTE_STATUS_OK) libroute_last_error(detail, detail_len, detail_n);
+  return rc;
+}
+*/
+import "C"
+
+import (
+	"runtime"
+	"unsafe"
+)
+
+// RouterConfig sizes a Router. Every slot count is a power of two of at least 8; a table holds at
+// most half its slots.
+type RouterConfig struct {
+	// BlockSlots sizes the prefix index (it holds BlockSlots/2 blocks, evicting the least
+	// recently stored beyond that).
+	BlockSlots int
+	// MaxWorkers is 64, 256 or 1024.
+	MaxWorkers int
+	// RequestSlots sizes the load ledger (it books RequestSlots/2 requests).
+	RequestSlots int
+	// Tombstones absorb replica events that arrive before their booking (0 for none).
+	Tombstones int
+	// PredictionSlots turns on approximate mode (the router's own decisions stand in for KV
+	// events) when not 0; predictions live PredictionTTL units of Route's now.
+	PredictionSlots int
+	PredictionTTL   uint64
+	// HostWeight and DiskWeight credit host-memory and disk blocks in the accounting estimate.
+	HostWeight, DiskWeight float64
+}
+
+// Router is the host side of routing: the prefix-overlap index fed by KV-cache events, the load
+// ledger, and in approximate mode the router's own predictions. It is not safe for concurrent
+// use; Close frees it (idempotent), and a finalizer is only a backstop.
+type Router struct {
+	ptr *C.libroute_router
+}
+
+// NewRouter allocates every table of a router; nothing allocates afterwards.
+func NewRouter(config RouterConfig) (*Router, error) {
+	for _, v := range []int{config.BlockSlots, config.MaxWorkers, config.RequestSlots, config.Tombstones, config.PredictionSlots} {
+		if v < 0 {
+			return nil, &Error{Status: StatusInvalidArgument, Detail: "a router size is negative"}
+		}
+	}
+	c := C.libroute_router_config{
+		block_slots:      C.size_t(config.BlockSlots),
+		max_workers:      C.size_t(config.MaxWorkers),
+		request_slots:    C.size_t(config.RequestSlots),
+		tombstones:       C.size_t(config.Tombstones),
+		prediction_slots: C.size_t(config.PredictionSlots),
+		prediction_ttl:   C.uint64_t(config.PredictionTTL),
+		host_weight:      C.double(config.HostWeight),
+		disk_weight:      C.double(config.DiskWeight),
+	}
+	var ptr *C.libroute_router
+	if err := call(func() C.libroute_status { return C.libroute_router_new(&c, &ptr) }); err != nil {
+		return nil, err
+	}
+	r := &Router{ptr: ptr}
+	runtime.SetFinalizer(r, (*Router).Close)
+	return r, nil
+}
+
+// Close frees the router. It is idempotent; using the router afterwards returns ErrClosed.
+func (r *Router) Close() {
+	if r.ptr != nil {
+		C.libroute_router_free(r.ptr)
+		r.ptr = nil
+		runtime.SetFinalizer(r, nil)
+	}
+}
+
+func cWorker(w Worker) C.libroute_worker {
+	return C.libroute_worker{worker_id: C.uint64_t(w.ID), dp_rank: C.uint32_t(w.DPRank)}
+}
+
+// do runs one router call, or returns ErrClosed.
+func (r *Router) do(f func(*C.libroute_router) C.libroute_status) error {
+	if r.ptr == nil {
+		return ErrClosed
+	}
+	err := call(func() C.libroute_status { return f(r.ptr) })
+	runtime.KeepAlive(r)
+	return err
+}
+
+// AddWorker registers a worker with the ledger (the index learns workers from KV events).
+func (r *Router) AddWorker(w Worker) error {
+	return r.do(func(p *C.libroute_router) C.libroute_status { return C.libroute_router_add_worker(p, cWorker(w)) })
+}
+
+// RemoveWorker forgets a worker: its blocks leave the index and its load the ledger.
+func (r *Router) RemoveWorker(w Worker) error {
+	return r.do(func(p *C.libroute_router) C.libroute_status { return C.libroute_router_remove_worker(p, cWorker(w)) })
+}
+
+// KvKind is the kind of a KV-cache event.
+type KvKind uint32
+
+// The KV event kinds.
+const (
+	KvStored        KvKind = C.LIBROUTE_KV_KIND_STORED
+	KvRemoved       KvKind = C.LIBROUTE_KV_KIND_REMOVED
+	KvCleared       KvKind = C.LIBROUTE_KV_KIND_CLEARED
+	KvWorkerRemoved KvKind = C.LIBROUTE_KV_KIND_WORKER_REMOVED
+)
+
+// Tier is a cache tier.
+type Tier uint32
+
+// The tiers.
+const (
+	TierDevice Tier = 0
+	TierHost   Tier = 1
+	TierDisk   Tier = 2
+)
+
+// KvEvent is one KV-cache event from a worker: Hashes are chained block hashes.
+type KvEvent struct {
+	Kind   KvKind
+	Worker Worker
+	Tier   Tier
+	Hashes []uint64
+}
+
+// ApplyKvEvents applies events in order; if one is invalid (kind, tier), none is applied.
+func (r *Router) ApplyKvEvents(events []KvEvent) error {
+	if len(events) == 0 {
+		return r.do(func(p *C.libroute_router) C.libroute_status { return C.libroute_router_apply_kv_events(p, nil, 0) })
+	}
+	var pinner runtime.Pinner
+	defer pinner.Unpin()
+	c := make([]C.libroute_kv_event, len(events))
+	for i, e := range events {
+		c[i] = C.libroute_kv_event{kind: C.uint32_t(e.Kind), worker: cWorker(e.Worker), tier: C.uint32_t(e.Tier)}
+		if len(e.Hashes) > 0 {
+			// Go memory pointed to from Go memory passed to C must be pinned.
+			pinner.Pin(&e.Hashes[0])
+			c[i].hashes = (*C.uint64_t)(unsafe.Pointer(&e.Hashes[0]))
+			c[i].hashes_len = C.size_t(len(e.Hashes))
+		}
+	}
+	err := r.do(func(p *C.libroute_router) C.libroute_status {
+		return C.libroute_router_apply_kv_events(p, &c[0], C.size_t(len(c)))
+	})
+	runtime.KeepAlive(events)
+	return err
+}
+
+// LedgerKind is the kind of a replica's booking event.
+type LedgerKind uint32
+
+// The ledger event kinds.
+const (
+	LedgerBooked          LedgerKind = C.LIBROUTE_LEDGER_KIND_BOOKED
+	LedgerPrefillComplete LedgerKind = C.LIBROUTE_LEDGER_KIND_PREFILL_COMPLETE
+	LedgerFreed           LedgerKind = C.LIBROUTE_LEDGER_KIND_FREED
+)
+
+// LedgerEvent is a booking event relayed from another router replica (Worker, PrefillTokens and
+// Blocks for LedgerBooked only).
+type LedgerEvent struct {
+	Kind          LedgerKind
+	ID            uint64
+	Worker        Worker
+	PrefillTokens uint64
+	Blocks        uint64
+}
+
+// ApplyLedgerEvents applies replica events idempotently: repeated, late and reordered events are
+// absorbed and counted.
+func (r *Router) ApplyLedgerEvents(events []LedgerEvent) error {
+	c := make([]C.libroute_ledger_event, len(events))
+	for i, e := range events {
+		c[i] = C.libroute_ledger_event{kind: C.uint32_t(e.Kind), id: C.uint64_t(e.ID), worker: cWorker(e.Worker),
+			prefill_tokens: C.uint64_t(e.PrefillTokens), blocks: C.uint64_t(e.Blocks)}
+	}
+	return r.do(func(p *C.libroute_router) C.libroute_status {
+		if len(c) == 0 {
+			return C.libroute_router_apply_ledger_events(p, nil, 0)
+		}
+		return C.libroute_router_apply_ledger_events(p, &c[0], C.size_t(len(c)))
+	})
+}
+
+// Book books request id on a worker, for hosts that select with a Selector themselves.
+func (r *Router) Book(id uint64, w Worker, prefillTokens, blocks uint64) error {
+	return r.do(func(p *C.libroute_router) C.libroute_status {
+		return C.libroute_router_book(p, C.uint64_t(id), cWorker(w), C.uint64_t(prefillTokens), C.uint64_t(blocks))
+	})
+}
+
+// PrefillComplete marks request id's prefill complete.
+func (r *Router) PrefillComplete(id uint64) error {
+	return r.do(func(p *C.libroute_router) C.libroute_status {
+		return C.libroute_router_prefill_complete(p, C.uint64_t(id))
+	})
+}
+
+// FreeRequest frees request id (finished or cancelled).
+func (r *Router) FreeRequest(id uint64) error {
+	return r.do(func(p *C.libroute_router) C.libroute_status { return C.libroute_router_free_request(p, C.uint64_t(id)) })
+}
+
+// Route does it all for one request: fills rows (in place) with the index's overlaps for hashes
+// and the ledger's loads, selects with policy, and books request id on the chosen worker. Nothing
+// is booked on an error. The Selection's Contributions are not filled (use s.LastCosts).
+func (r *Router) Route(policy *Policy, s *Selector, req *Request, hashes []uint64, rows []Row, id, now uint64) (Selection, error) {
+	if r.ptr == nil || s.ptr == nil || policy == nil || policy.ptr == nil {
+		return Selection{}, ErrClosed
+	}
+	var pinner runtime.Pinner
+	defer pinner.Unpin()
+	c := s.cRequest(req, &pinner)
+	var rowsPtr *C.libroute_row
+	if len(rows) > 0 {
+		rowsPtr = (*C.libroute_row)(unsafe.Pointer(&rows[0]))
+	}
+	var hashesPtr *C.uint64_t
+	if len(hashes) > 0 {
+		hashesPtr = (*C.uint64_t)(unsafe.Pointer(&hashes[0]))
+	}
+	rc := C.lr_route(r.ptr, policy.ptr, s.ptr, c, hashesPtr, C.size_t(len(hashes)), rowsPtr, C.size_t(len(rows)),
+		C.uint64_t(id), C.uint64_t(now), &s.out, &s.detail[0], C.size_t(len(s.detail)), &s.detailLen)
+	runtime.KeepAlive(rows)
+	runtime.KeepAlive(hashes)
+	runtime.KeepAlive(req)
+	runtime.KeepAlive(policy)
+	runtime.KeepAlive(s)
+	runtime.KeepAlive(r)
+	if rc != C.LIBROUTE_STATUS_OK {
+		return Selection{}, &Error{Status: Status(rc), Detail: C.GoStringN(&s.detail[0], C.int(s.detailLen))}
+	}
+	return s.selection(false), nil
+}
+
+// RouterCounters is what a router has done, for hosts to export.
+type RouterCounters struct {
+	Blocks, IndexWorkers                         int
+	Evictions, RejectedKvEvents, IgnoredKvEvents uint64
+	ActiveRequests, LedgerWorkers                int
+	DuplicateLedgerEvents, LateLedgerEvents      uint64
+	UnknownWorkerLedgerEvents                    uint64
+	Predictions                                  int
+	ForcedPredictionExpiries                     uint64
+}
+
+// Counters reads the router's counters.
+func (r *Router) Counters() (RouterCounters, error) {
+	var c C.libroute_router_counters
+	if err := r.do(func(p *C.libroute_router) C.libroute_status { return C.libroute_router_get_counters(p, &c) }); err != nil {
+		return RouterCounters{}, err
+	}
+	return RouterCounters{
+		Blocks: int(c.blocks), IndexWorkers: int(c.index_workers), Evictions: uint64(c.evictions),
+		RejectedKvEvents: uint64(c.rejected_kv_events), IgnoredKvEvents: uint64(c.ignored_kv_events),
+		ActiveRequests: int(c.active_requests), LedgerWorkers: int(c.ledger_workers),
+		DuplicateLedgerEvents: uint64(c.duplicate_ledger_events), LateLedgerEvents: uint64(c.late_ledger_events),
+		UnknownWorkerLedgerEvents: uint64(c.unknown_worker_ledger_events), Predictions: int(c.predictions),
+		ForcedPredictionExpiries: uint64(c.forced_prediction_expiries),
+	}, nil
+}

@@ -1,0 +1,93 @@
+package libroute
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+)
+
+var workerA, workerB = Worker{ID: 1}, Worker{ID: 2}
+
+func newTestRouter(t *testing.T, tombstones int) *Router {
+	t.Helper()
+	r, err := NewRouter(RouterConfig{BlockSlots: 64, MaxWorkers: 64, RequestSlots: 64, Tombstones: tombstones})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func TestRouteFollowsTheCachedPrefixAndBooks(t *testing.T) {
+	router := newTestRouter(t, 0)
+	defer router.Close()
+	for _, w := range []Worker{workerA, workerB} {
+		if err := router.AddWorker(w); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := router.ApplyKvEvents([]KvEvent{{Kind: KvStored, Worker: workerB, Tier: TierDevice, Hashes: []uint64{11, 12, 13}}}); err != nil {
+		t.Fatal(err)
+	}
+	policy, _ := NewPolicy("")
+	defer policy.Close()
+	selector, _ := NewSelector(16, 1)
+	defer selector.Close()
+	req := Request{PromptTokens: 64, BlockSize: 16, Role: RoleAggregated, TrackPrefillTokens: true}
+	rows := []Row{{Worker: workerA}, {Worker: workerB}}
+	sel, err := router.Route(policy, selector, &req, []uint64{11, 12, 13, 14}, rows, 7, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 4 blocks. Worker 2 holds 3: 1 block to prefill + 1 new decode block = 2; worker 1: 4 + 4.
+	costs, _ := selector.LastCosts()
+	if sel.Worker != workerB || fmt.Sprint(costs) != "[{0 8} {1 2}]" || rows[1].DeviceBlocks != 3 {
+		t.Fatalf("selection %+v, costs %v, rows %+v", sel, costs, rows)
+	}
+	if c, _ := router.Counters(); c.Blocks != 3 || c.ActiveRequests != 1 {
+		t.Errorf("counters %+v", c)
+	}
+	if _, err := router.Route(policy, selector, &req, nil, rows, 7, 0); !errors.Is(err, StatusDuplicateRequest) {
+		t.Errorf("duplicate: %v", err)
+	}
+	if err := router.PrefillComplete(7); err != nil {
+		t.Error(err)
+	}
+	if err := router.FreeRequest(7); err != nil {
+		t.Error(err)
+	}
+	if err := router.FreeRequest(7); !errors.Is(err, StatusUnknownRequest) {
+		t.Errorf("second free: %v", err)
+	}
+}
+
+func TestReplicaEventsAreIdempotent(t *testing.T) {
+	router := newTestRouter(t, 8)
+	defer router.Close()
+	_ = router.AddWorker(workerA)
+	booked := LedgerEvent{Kind: LedgerBooked, ID: 5, Worker: workerA, PrefillTokens: 64, Blocks: 4}
+	if err := router.ApplyLedgerEvents([]LedgerEvent{booked, booked, {Kind: LedgerFreed, ID: 5}}); err != nil {
+		t.Fatal(err)
+	}
+	if c, _ := router.Counters(); c.ActiveRequests != 0 || c.DuplicateLedgerEvents != 1 {
+		t.Errorf("counters %+v", c)
+	}
+}
+
+func TestRouterBadInputAndClose(t *testing.T) {
+	var e *Error
+	if _, err := NewRouter(RouterConfig{BlockSlots: 100, MaxWorkers: 64, RequestSlots: 64}); !errors.As(err, &e) || e.Status != StatusInvalidArgument {
+		t.Errorf("bad block_slots: %v", err)
+	}
+	router := newTestRouter(t, 0)
+	if err := router.Book(1, workerA, 16, 1); !errors.Is(err, StatusUnknownWorker) {
+		t.Errorf("unknown worker: %v", err)
+	}
+	if err := router.ApplyKvEvents([]KvEvent{{Kind: 9, Worker: workerA}}); !errors.Is(err, StatusInvalidArgument) {
+		t.Errorf("bad kind: %v", err)
+	}
+	router.Close()
+	router.Close()
+	if _, err := router.Counters(); !errors.Is(err, ErrClosed) {
+		t.Errorf("closed: %v", err)
+	}
+}
