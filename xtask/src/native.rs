@@ -428,6 +428,35 @@ mod tests {
     }
 
     #[test]
+    fn the_readme_shows_the_tested_python_and_kotlin_examples_verbatim() {
+        let root = crate::root();
+        let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+        let python =
+            std::fs::read_to_string(root.join("bindings/python/examples/quickstart.py")).unwrap();
+        assert!(
+            readme.contains(&format!("```python\n{python}```")),
+            "README's Python example differs from bindings/python/examples/quickstart.py"
+        );
+        let kotlin = std::fs::read_to_string(
+            root.join("bindings/kotlin/src/test/kotlin/dev/libroute/QuickstartTest.kt"),
+        )
+        .unwrap();
+        let body = kotlin
+            .split("// README begin\n")
+            .nth(1)
+            .and_then(|rest| rest.split("        // README end").next())
+            .unwrap();
+        let snippet: String = body
+            .lines()
+            .map(|l| format!("{}\n", l.strip_prefix("        ").unwrap_or(l)))
+            .collect();
+        assert!(
+            readme.contains(&format!("```kotlin\n{snippet}```")),
+            "README's Kotlin example differs from QuickstartTest.kt"
+        );
+    }
+
+    #[test]
     fn the_readme_shows_the_compiled_c_example_verbatim() {
         let root = crate::root();
         let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
