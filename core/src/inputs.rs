@@ -198,6 +198,12 @@ impl<'a> RequestView<'a> {
         }
     }
 
+    /// The request's session id, if it has one (every component may read it).
+    #[must_use]
+    pub const fn session(&self) -> Option<u64> {
+        self.request.session
+    }
+
     /// Shared-cache hits (`CACHE`), `None` when absent or not declared.
     #[must_use]
     pub const fn shared_hits(&self) -> Option<SharedHits<'a>> {

@@ -85,6 +85,9 @@
 #[cfg(any(test, feature = "std"))]
 extern crate std;
 
+pub mod catalog;
+#[cfg(feature = "std")]
+pub mod catalog_config;
 mod component;
 mod config;
 mod default;

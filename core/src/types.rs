@@ -317,6 +317,8 @@ pub struct Request<'a> {
     pub preferred_taints: &'a [PreferredTaint],
     /// Block ranges found in an external shared cache.
     pub shared_hits: Option<SharedHits<'a>>,
+    /// The conversation or session this request belongs to, for session affinity.
+    pub session: Option<u64>,
 }
 
 impl<'a> Request<'a> {
@@ -335,6 +337,7 @@ impl<'a> Request<'a> {
             required_taints: TaintSet::EMPTY,
             preferred_taints: &[],
             shared_hits: None,
+            session: None,
         }
     }
 
@@ -391,6 +394,13 @@ impl<'a> Request<'a> {
     #[must_use]
     pub const fn shared_hits(mut self, hits: SharedHits<'a>) -> Self {
         self.shared_hits = Some(hits);
+        self
+    }
+
+    /// This request in session `id` (see [`crate::catalog::SessionAffinity`]).
+    #[must_use]
+    pub const fn session(mut self, id: u64) -> Self {
+        self.session = Some(id);
         self
     }
 

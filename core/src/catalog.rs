@@ -1,0 +1,864 @@
+//! The catalog of builtin components: what other routers do, as filters, scorers and pickers that
+//! compose with each other and with the default cost.
+//!
+//! Every scorer here writes a *cost* (lower is better), so scores of score-based systems (llm-d)
+//! are written negated, and their "max-score picker" is [`MinCostPicker`]. Every picker that
+//! chooses among equals draws uniformly from the selector's random stream, so a burst of identical
+//! requests spreads over tied workers instead of piling onto the first, and a seeded policy
+//! replays exactly.
+//!
+//! Each component's documentation gives its formula, defaults and the system it comes from.
+
+use core::sync::atomic::{AtomicU32, Ordering};
+
+use crate::component::{
+    ComponentError, Filter, Filters, Pick, PickInput, PickReason, Picker, Scorer, Scorers, Verdict,
+};
+use crate::default::{DefaultCost, DefaultPicker};
+use crate::inputs::{Candidates, RequestView, RowView, WorkerInputs};
+use crate::policy::MAX_SCORERS;
+use crate::rng::{self, RandomSource};
+use crate::types::{Leg, Load, TaintSet};
+
+/// Which load figure a load-based component reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[cfg_attr(feature = "std", derive(serde::Deserialize))]
+#[cfg_attr(feature = "std", serde(rename_all = "snake_case"))]
+pub enum LoadMetric {
+    /// Outstanding prefill tokens (`active_prefill_tokens`).
+    PrefillTokens,
+    /// Active KV blocks (`active_decode_blocks`).
+    ActiveBlocks,
+    /// Active requests (`active_requests`), the default.
+    #[default]
+    ActiveRequests,
+}
+
+impl LoadMetric {
+    /// The figure of `load`.
+    #[must_use]
+    pub const fn of(self, load: Load) -> u64 {
+        match self {
+            LoadMetric::PrefillTokens => load.active_prefill_tokens,
+            LoadMetric::ActiveBlocks => load.active_decode_blocks,
+            LoadMetric::ActiveRequests => load.active_requests,
+        }
+    }
+}
+
+#[allow(
+    clippy::cast_precision_loss,
+    reason = "load figures are far below 2^53; the cost only orders them"
+)]
+fn as_cost(x: u64) -> f64 {
+    x as f64
+}
+
+fn load_of(row: &RowView<'_>, metric: LoadMetric) -> u64 {
+    row.load().map_or(0, |l| metric.of(l))
+}
+
+fn device_blocks(row: &RowView<'_>) -> u64 {
+    row.cache().map_or(0, |c| u64::from(c.device_blocks))
+}
+
+/// Least loaded: `cost = metric(load)`, by outstanding prefill tokens, active blocks or active
+/// requests (the default). With [`MinCostPicker`] this is the classic least-loaded balancer
+/// (Dynamo's, `SGLang`'s and most proxies' fallback); ties are drawn uniformly.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct LeastLoaded {
+    /// The load figure compared.
+    pub metric: LoadMetric,
+}
+
+impl Scorer for LeastLoaded {
+    fn inputs(&self, _leg: Leg) -> WorkerInputs {
+        WorkerInputs::LOAD
+    }
+
+    fn score(
+        &self,
+        _request: &RequestView<'_>,
+        candidates: &Candidates<'_>,
+        costs: &mut [f64],
+    ) -> Result<(), ComponentError> {
+        for (cost, row) in costs.iter_mut().zip(candidates.iter()) {
+            *cost = as_cost(load_of(&row, self.metric));
+        }
+        Ok(())
+    }
+}
+
+/// The largest and smallest load among the candidates.
+fn load_range(candidates: &Candidates<'_>, metric: LoadMetric) -> (u64, u64) {
+    candidates
+        .iter()
+        .map(|r| load_of(&r, metric))
+        .fold((u64::MAX, 0), |(lo, hi), x| (lo.min(x), hi.max(x)))
+}
+
+/// Writes the cost of a two-mode decision: by load, or toward the largest device overlap.
+fn decide(
+    candidates: &Candidates<'_>,
+    costs: &mut [f64],
+    metric: LoadMetric,
+    by_load: bool,
+    best_overlap: u64,
+) {
+    for (cost, row) in costs.iter_mut().zip(candidates.iter()) {
+        *cost = if by_load {
+            as_cost(load_of(&row, metric))
+        } else {
+            as_cost(best_overlap - device_blocks(&row))
+        };
+    }
+}
+
+/// Dynamo's two-tier cost function (its "KV-aware with load override" routing):
+///
+/// 1. When the active-request spread is large, `max - min > spread` (32) **and**
+///    `max > ratio * min` (1.1), route by load: `cost = active_requests`.
+/// 2. Otherwise, when the largest device overlap covers more than `coverage` (0.5) of the
+///    request's blocks, `max_dev / RB > coverage`, route to it: `cost = max_dev - dev`.
+/// 3. Otherwise route by load.
+///
+/// Ties (several rows at the largest overlap, or at the least load) are drawn by the picker.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct DynamoTwoTier {
+    /// Active-request spread above which load wins, default 32.
+    pub spread: u64,
+    /// Max-to-min ratio above which load wins, default 1.1.
+    pub ratio: f64,
+    /// Share of the request's blocks the best overlap must exceed, default 0.5.
+    pub coverage: f64,
+}
+
+impl Default for DynamoTwoTier {
+    fn default() -> Self {
+        Self {
+            spread: 32,
+            ratio: 1.1,
+            coverage: 0.5,
+        }
+    }
+}
+
+/// Whether loads `lo..=hi` are imbalanced: `hi - lo > abs` and `hi > rel * lo`.
+fn imbalanced(lo: u64, hi: u64, abs: u64, rel: f64) -> bool {
+    hi - lo > abs && as_cost(hi) > rel * as_cost(lo)
+}
+
+/// The largest device overlap and whether it covers more than `share` of the request.
+fn best_overlap(request: &RequestView<'_>, candidates: &Candidates<'_>, share: f64) -> (u64, bool) {
+    let best = candidates
+        .iter()
+        .map(|r| device_blocks(&r))
+        .max()
+        .unwrap_or(0);
+    (
+        best,
+        as_cost(best) / as_cost(request.request_blocks()) > share,
+    )
+}
+
+impl Scorer for DynamoTwoTier {
+    fn inputs(&self, _leg: Leg) -> WorkerInputs {
+        WorkerInputs::LOAD | WorkerInputs::CACHE
+    }
+
+    fn score(
+        &self,
+        request: &RequestView<'_>,
+        candidates: &Candidates<'_>,
+        costs: &mut [f64],
+    ) -> Result<(), ComponentError> {
+        let metric = LoadMetric::ActiveRequests;
+        let (lo, hi) = load_range(candidates, metric);
+        let (best, covers) = best_overlap(request, candidates, self.coverage);
+        let by_load = imbalanced(lo, hi, self.spread, self.ratio) || !covers;
+        decide(candidates, costs, metric, by_load, best);
+        Ok(())
+    }
+}
+
+/// `SGLang`'s cache-aware policy (its router's default):
+///
+/// 1. When load is imbalanced, `max - min > abs_threshold` (64) **and**
+///    `max > rel_threshold * min` (1.5), route to the least loaded: `cost = active_requests`.
+/// 2. Otherwise, when the longest prefix match covers more than `match_threshold` (0.3) of the
+///    request, `max_dev / RB > match_threshold`, follow it: `cost = max_dev - dev`.
+/// 3. Otherwise route to the least loaded.
+///
+/// `SGLang` measures the match in characters of its radix tree; here it is device blocks of the
+/// request, the unit libroute's index reports.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SglangCacheAware {
+    /// Load spread above which balance wins, default 64.
+    pub abs_threshold: u64,
+    /// Max-to-min ratio above which balance wins, default 1.5.
+    pub rel_threshold: f64,
+    /// Share of the request the longest match must exceed, default 0.3.
+    pub match_threshold: f64,
+}
+
+impl Default for SglangCacheAware {
+    fn default() -> Self {
+        Self {
+            abs_threshold: 64,
+            rel_threshold: 1.5,
+            match_threshold: 0.3,
+        }
+    }
+}
+
+impl Scorer for SglangCacheAware {
+    fn inputs(&self, _leg: Leg) -> WorkerInputs {
+        WorkerInputs::LOAD | WorkerInputs::CACHE
+    }
+
+    fn score(
+        &self,
+        request: &RequestView<'_>,
+        candidates: &Candidates<'_>,
+        costs: &mut [f64],
+    ) -> Result<(), ComponentError> {
+        let metric = LoadMetric::ActiveRequests;
+        let (lo, hi) = load_range(candidates, metric);
+        let (best, covers) = best_overlap(request, candidates, self.match_threshold);
+        let by_load = imbalanced(lo, hi, self.abs_threshold, self.rel_threshold) || !covers;
+        decide(candidates, costs, metric, by_load, best);
+        Ok(())
+    }
+}
+
+/// llm-d's prefix scorer with tier weights: `score = clamp((dev + host * host_blocks +
+/// disk * disk_blocks) / RB, 0, 1)`, written as `cost = -score`. Device blocks count 1.0, host
+/// blocks `host` (0.8), disk blocks `disk` (0.5).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct PrefixScore {
+    /// Credit of a host-memory block, default 0.8.
+    pub host: f64,
+    /// Credit of a disk block, default 0.5.
+    pub disk: f64,
+}
+
+impl Default for PrefixScore {
+    fn default() -> Self {
+        Self {
+            host: 0.8,
+            disk: 0.5,
+        }
+    }
+}
+
+impl Scorer for PrefixScore {
+    fn inputs(&self, _leg: Leg) -> WorkerInputs {
+        WorkerInputs::CACHE
+    }
+
+    fn score(
+        &self,
+        request: &RequestView<'_>,
+        candidates: &Candidates<'_>,
+        costs: &mut [f64],
+    ) -> Result<(), ComponentError> {
+        let blocks = as_cost(request.request_blocks());
+        for (cost, row) in costs.iter_mut().zip(candidates.iter()) {
+            let credit = row.cache().map_or(0.0, |c| {
+                f64::from(c.device_blocks)
+                    + self.host * f64::from(c.host_blocks)
+                    + self.disk * f64::from(c.disk_blocks)
+            });
+            *cost = -(credit / blocks).clamp(0.0, 1.0);
+        }
+        Ok(())
+    }
+}
+
+/// llm-d's KV-cache utilization scorer: `score = 1 - clamp(active_blocks / capacity_blocks, 0,
+/// 1)`, written as `cost = -score`: emptier caches score higher.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KvUtilizationScore {
+    /// Each worker's KV capacity in blocks (at least 1).
+    pub capacity_blocks: u64,
+}
+
+impl Scorer for KvUtilizationScore {
+    fn inputs(&self, _leg: Leg) -> WorkerInputs {
+        WorkerInputs::LOAD
+    }
+
+    fn score(
+        &self,
+        _request: &RequestView<'_>,
+        candidates: &Candidates<'_>,
+        costs: &mut [f64],
+    ) -> Result<(), ComponentError> {
+        let capacity = as_cost(self.capacity_blocks.max(1));
+        for (cost, row) in costs.iter_mut().zip(candidates.iter()) {
+            let used = as_cost(load_of(&row, LoadMetric::ActiveBlocks));
+            *cost = -(1.0 - (used / capacity).clamp(0.0, 1.0));
+        }
+        Ok(())
+    }
+}
+
+/// llm-d's queue scorer, min-max normalized over the candidates: `score = (max - q) / (max -
+/// min)` with `q = active_requests` (1 for every row when all are equal), as `cost = -score`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct QueueScore;
+
+impl Scorer for QueueScore {
+    fn inputs(&self, _leg: Leg) -> WorkerInputs {
+        WorkerInputs::LOAD
+    }
+
+    fn score(
+        &self,
+        _request: &RequestView<'_>,
+        candidates: &Candidates<'_>,
+        costs: &mut [f64],
+    ) -> Result<(), ComponentError> {
+        let metric = LoadMetric::ActiveRequests;
+        let (lo, hi) = load_range(candidates, metric);
+        for (cost, row) in costs.iter_mut().zip(candidates.iter()) {
+            *cost = if hi == lo {
+                -1.0
+            } else {
+                -(as_cost(hi - load_of(&row, metric)) / as_cost(hi - lo))
+            };
+        }
+        Ok(())
+    }
+}
+
+/// Session affinity: a request with a session id goes to the same worker as its session's
+/// earlier requests, by rendezvous hashing (`hash(session, worker)`, highest wins) over **all**
+/// the rows the host listed, so the mapping only moves when that worker leaves the list. The
+/// winner's cost is `-1` (times the scorer's weight) and every other row's 0; when the winner is
+/// not a candidate (overloaded, filtered, ineligible) every row gets 0, and the rest of the
+/// policy decides. Requests without a session id are not affected.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct SessionAffinity;
+
+/// A 64-bit mix of a session id and a worker (splitmix64's finalizer over their combination).
+#[must_use]
+pub fn rendezvous_hash(session: u64, worker_id: u64, dp_rank: u32) -> u64 {
+    let mut z = session
+        ^ worker_id.wrapping_mul(0x9e37_79b9_7f4a_7c15)
+        ^ u64::from(dp_rank).wrapping_mul(0xc2b2_ae3d_27d4_eb4f);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+impl Scorer for SessionAffinity {
+    fn inputs(&self, _leg: Leg) -> WorkerInputs {
+        WorkerInputs::NONE
+    }
+
+    fn score(
+        &self,
+        request: &RequestView<'_>,
+        candidates: &Candidates<'_>,
+        costs: &mut [f64],
+    ) -> Result<(), ComponentError> {
+        costs.fill(0.0);
+        let Some(session) = request.session() else {
+            return Ok(());
+        };
+        let (rows, _) = candidates.raw();
+        let owner = rows
+            .iter()
+            .filter(|r| r.taints.contains_all(request.required_taints()))
+            .max_by_key(|r| {
+                (
+                    rendezvous_hash(session, r.worker.worker_id, r.worker.dp_rank),
+                    r.worker,
+                )
+            })
+            .map(|r| r.worker);
+        for (cost, row) in costs.iter_mut().zip(candidates.iter()) {
+            if Some(row.worker()) == owner {
+                *cost = -1.0;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Removes workers that lack any of `taints` (on top of the request's own required taints).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RequireTaints(pub TaintSet);
+
+impl Filter for RequireTaints {
+    fn inputs(&self, _leg: Leg) -> WorkerInputs {
+        WorkerInputs::NONE
+    }
+
+    fn check(
+        &self,
+        _request: &RequestView<'_>,
+        row: &RowView<'_>,
+    ) -> Result<Verdict, ComponentError> {
+        Ok(if row.raw().taints.contains_all(self.0) {
+            Verdict::Keep
+        } else {
+            Verdict::Reject
+        })
+    }
+}
+
+/// Removes workers above a load limit as overloaded (a row without a load projection passes).
+/// Each limit is optional; a row is overloaded when it exceeds any that is set.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct OverloadLimits {
+    /// Most active KV blocks.
+    pub max_active_blocks: Option<u64>,
+    /// Most outstanding prefill tokens.
+    pub max_prefill_tokens: Option<u64>,
+    /// Most active requests.
+    pub max_requests: Option<u64>,
+}
+
+impl Filter for OverloadLimits {
+    fn inputs(&self, _leg: Leg) -> WorkerInputs {
+        WorkerInputs::LOAD
+    }
+
+    fn check(
+        &self,
+        _request: &RequestView<'_>,
+        row: &RowView<'_>,
+    ) -> Result<Verdict, ComponentError> {
+        let Some(load) = row.load().filter(|l| l.available) else {
+            return Ok(Verdict::Keep);
+        };
+        let over = |limit: Option<u64>, value: u64| limit.is_some_and(|max| value > max);
+        Ok(
+            if over(self.max_active_blocks, load.active_decode_blocks)
+                || over(self.max_prefill_tokens, load.active_prefill_tokens)
+                || over(self.max_requests, load.active_requests)
+            {
+                Verdict::Overloaded
+            } else {
+                Verdict::Keep
+            },
+        )
+    }
+}
+
+/// The most worker ids an [`AllowList`] holds.
+pub const MAX_ALLOWED: usize = 64;
+
+/// Keeps only the listed worker ids (every rank of each).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AllowList {
+    ids: [u64; MAX_ALLOWED],
+    len: usize,
+}
+
+impl AllowList {
+    /// An allow-list of `ids`, or `None` when there are more than [`MAX_ALLOWED`].
+    #[must_use]
+    pub fn new(ids: &[u64]) -> Option<Self> {
+        if ids.len() > MAX_ALLOWED {
+            return None;
+        }
+        let mut list = AllowList {
+            ids: [0; MAX_ALLOWED],
+            len: ids.len(),
+        };
+        list.ids[..ids.len()].copy_from_slice(ids);
+        Some(list)
+    }
+
+    /// The listed ids.
+    #[must_use]
+    pub fn ids(&self) -> &[u64] {
+        &self.ids[..self.len]
+    }
+}
+
+impl Filter for AllowList {
+    fn inputs(&self, _leg: Leg) -> WorkerInputs {
+        WorkerInputs::NONE
+    }
+
+    fn check(
+        &self,
+        _request: &RequestView<'_>,
+        row: &RowView<'_>,
+    ) -> Result<Verdict, ComponentError> {
+        Ok(if self.ids().contains(&row.worker().worker_id) {
+            Verdict::Keep
+        } else {
+            Verdict::Reject
+        })
+    }
+}
+
+/// The minimum cost, ties drawn uniformly from the selector's stream: the default picker at
+/// temperature 0, and what score-based systems call a max-score picker (costs here are negated
+/// scores). Unlike a first-index max-score picker, a burst of identical requests at tied costs
+/// spreads over the tied workers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct MinCostPicker;
+
+impl Picker for MinCostPicker {
+    fn inputs(&self, _leg: Leg) -> WorkerInputs {
+        WorkerInputs::NONE
+    }
+
+    fn pick(
+        &self,
+        input: &PickInput<'_>,
+        work: &mut [f64],
+        rng: &mut dyn RandomSource,
+    ) -> Result<Pick, ComponentError> {
+        DefaultPicker { temperature: 0.0 }.pick(input, work, rng)
+    }
+}
+
+/// A uniformly random candidate, ignoring costs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct RandomPicker;
+
+impl Picker for RandomPicker {
+    fn inputs(&self, _leg: Leg) -> WorkerInputs {
+        WorkerInputs::NONE
+    }
+
+    fn pick(
+        &self,
+        input: &PickInput<'_>,
+        _work: &mut [f64],
+        rng: &mut dyn RandomSource,
+    ) -> Result<Pick, ComponentError> {
+        let m = input.costs.len() as u64;
+        #[allow(clippy::cast_possible_truncation, reason = "index < m <= usize::MAX")]
+        Ok(Pick {
+            index: rng::index(rng, m) as usize,
+            reason: PickReason::Custom,
+        })
+    }
+}
+
+/// Round-robin over the candidates in the order the picker sees them (sorted by worker when the
+/// policy is seeded): the `n`-th selection through this policy takes candidate `n mod m`. The
+/// counter is shared by every thread selecting with the policy.
+#[derive(Debug, Default)]
+pub struct RoundRobinPicker {
+    next: AtomicU32,
+}
+
+impl Clone for RoundRobinPicker {
+    fn clone(&self) -> Self {
+        Self {
+            next: AtomicU32::new(self.next.load(Ordering::Relaxed)),
+        }
+    }
+}
+
+impl PartialEq for RoundRobinPicker {
+    fn eq(&self, _other: &Self) -> bool {
+        true
+    }
+}
+
+impl Picker for RoundRobinPicker {
+    fn inputs(&self, _leg: Leg) -> WorkerInputs {
+        WorkerInputs::NONE
+    }
+
+    fn pick(
+        &self,
+        input: &PickInput<'_>,
+        _work: &mut [f64],
+        _rng: &mut dyn RandomSource,
+    ) -> Result<Pick, ComponentError> {
+        let n = self.next.fetch_add(1, Ordering::Relaxed) as usize;
+        Ok(Pick {
+            index: n % input.costs.len(),
+            reason: PickReason::Custom,
+        })
+    }
+}
+
+/// Power of `k` choices (two by default): draws `k` distinct candidates uniformly and takes the
+/// one of least cost (the first drawn among equals). With [`LeastLoaded`] this is the classic
+/// power-of-two-choices balancer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PowerOfChoices {
+    /// Candidates drawn, at least 1; all of them when there are fewer.
+    pub k: u32,
+}
+
+impl Default for PowerOfChoices {
+    fn default() -> Self {
+        Self { k: 2 }
+    }
+}
+
+impl Picker for PowerOfChoices {
+    fn inputs(&self, _leg: Leg) -> WorkerInputs {
+        WorkerInputs::NONE
+    }
+
+    #[allow(
+        clippy::cast_possible_truncation,
+        clippy::cast_precision_loss,
+        clippy::cast_sign_loss,
+        reason = "candidate positions are below 2^32, exact in f64"
+    )]
+    fn pick(
+        &self,
+        input: &PickInput<'_>,
+        work: &mut [f64],
+        rng: &mut dyn RandomSource,
+    ) -> Result<Pick, ComponentError> {
+        let m = input.costs.len();
+        let draws = (self.k.max(1) as usize).min(m);
+        // A partial Fisher-Yates shuffle of the positions, held in the f64 scratch.
+        let positions = &mut work[..m];
+        for (k, p) in positions.iter_mut().enumerate() {
+            *p = k as f64;
+        }
+        let mut best: Option<usize> = None;
+        for i in 0..draws {
+            let j = i + rng::index(rng, (m - i) as u64) as usize;
+            positions.swap(i, j);
+            let k = positions[i] as usize;
+            if best.is_none_or(|b| input.costs[k] < input.costs[b]) {
+                best = Some(k);
+            }
+        }
+        Ok(Pick {
+            index: best.unwrap_or(0),
+            reason: PickReason::Custom,
+        })
+    }
+}
+
+/// Any builtin filter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[allow(
+    clippy::large_enum_variant,
+    reason = "no allocation: the allow-list is stored inline, once per policy"
+)]
+pub enum BuiltinFilter {
+    /// [`RequireTaints`].
+    RequireTaints(RequireTaints),
+    /// [`OverloadLimits`].
+    OverloadLimits(OverloadLimits),
+    /// [`AllowList`].
+    AllowList(AllowList),
+}
+
+impl BuiltinFilter {
+    fn get(&self) -> &dyn Filter {
+        match self {
+            BuiltinFilter::RequireTaints(f) => f,
+            BuiltinFilter::OverloadLimits(f) => f,
+            BuiltinFilter::AllowList(f) => f,
+        }
+    }
+}
+
+impl Filter for BuiltinFilter {
+    fn inputs(&self, leg: Leg) -> WorkerInputs {
+        self.get().inputs(leg)
+    }
+
+    fn check(
+        &self,
+        request: &RequestView<'_>,
+        row: &RowView<'_>,
+    ) -> Result<Verdict, ComponentError> {
+        self.get().check(request, row)
+    }
+}
+
+/// Any builtin scorer.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum BuiltinScorer {
+    /// Dynamo's default cost ([`DefaultCost`]).
+    Default(DefaultCost),
+    /// [`LeastLoaded`].
+    LeastLoaded(LeastLoaded),
+    /// [`DynamoTwoTier`].
+    DynamoTwoTier(DynamoTwoTier),
+    /// [`SglangCacheAware`].
+    SglangCacheAware(SglangCacheAware),
+    /// [`PrefixScore`].
+    Prefix(PrefixScore),
+    /// [`KvUtilizationScore`].
+    KvUtilization(KvUtilizationScore),
+    /// [`QueueScore`].
+    Queue(QueueScore),
+    /// [`SessionAffinity`].
+    SessionAffinity(SessionAffinity),
+}
+
+impl BuiltinScorer {
+    fn get(&self) -> &dyn Scorer {
+        match self {
+            BuiltinScorer::Default(s) => s,
+            BuiltinScorer::LeastLoaded(s) => s,
+            BuiltinScorer::DynamoTwoTier(s) => s,
+            BuiltinScorer::SglangCacheAware(s) => s,
+            BuiltinScorer::Prefix(s) => s,
+            BuiltinScorer::KvUtilization(s) => s,
+            BuiltinScorer::Queue(s) => s,
+            BuiltinScorer::SessionAffinity(s) => s,
+        }
+    }
+}
+
+/// A builtin scorer and its weight: the scorer's costs are multiplied by `weight` (skipped when
+/// it is 1, so the default cost stays bit-exact).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct WeightedScorer {
+    /// The scorer.
+    pub scorer: BuiltinScorer,
+    /// Its weight; finite.
+    pub weight: f64,
+}
+
+impl Scorer for WeightedScorer {
+    fn inputs(&self, leg: Leg) -> WorkerInputs {
+        self.scorer.get().inputs(leg)
+    }
+
+    fn score(
+        &self,
+        request: &RequestView<'_>,
+        candidates: &Candidates<'_>,
+        costs: &mut [f64],
+    ) -> Result<(), ComponentError> {
+        self.scorer.get().score(request, candidates, costs)?;
+        if self.weight != 1.0 {
+            for c in costs.iter_mut() {
+                *c *= self.weight;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Any builtin picker.
+#[derive(Debug, Clone, PartialEq)]
+pub enum BuiltinPicker {
+    /// The default picker (temperature sampling, or the minimum with uniform ties at 0).
+    Default(DefaultPicker),
+    /// [`MinCostPicker`] (also "max score").
+    MinCost(MinCostPicker),
+    /// [`RandomPicker`].
+    Random(RandomPicker),
+    /// [`RoundRobinPicker`].
+    RoundRobin(RoundRobinPicker),
+    /// [`PowerOfChoices`].
+    PowerOfChoices(PowerOfChoices),
+}
+
+impl BuiltinPicker {
+    fn get(&self) -> &dyn Picker {
+        match self {
+            BuiltinPicker::Default(p) => p,
+            BuiltinPicker::MinCost(p) => p,
+            BuiltinPicker::Random(p) => p,
+            BuiltinPicker::RoundRobin(p) => p,
+            BuiltinPicker::PowerOfChoices(p) => p,
+        }
+    }
+}
+
+impl Picker for BuiltinPicker {
+    fn inputs(&self, leg: Leg) -> WorkerInputs {
+        self.get().inputs(leg)
+    }
+
+    fn pick(
+        &self,
+        input: &PickInput<'_>,
+        work: &mut [f64],
+        rng: &mut dyn RandomSource,
+    ) -> Result<Pick, ComponentError> {
+        self.get().pick(input, work, rng)
+    }
+}
+
+/// A list of at most `N` components in fixed storage (no allocation): the filters and scorers of
+/// a policy assembled at run time.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct List<T, const N: usize> {
+    items: [Option<T>; N],
+    len: usize,
+}
+
+impl<T: Copy, const N: usize> List<T, N> {
+    /// An empty list.
+    #[must_use]
+    pub const fn new() -> Self {
+        Self {
+            items: [None; N],
+            len: 0,
+        }
+    }
+
+    /// Appends `item`, or gives it back when the list is full.
+    ///
+    /// # Errors
+    ///
+    /// The item, when `N` are already held.
+    pub fn push(&mut self, item: T) -> Result<(), T> {
+        if self.len == N {
+            return Err(item);
+        }
+        self.items[self.len] = Some(item);
+        self.len += 1;
+        Ok(())
+    }
+
+    /// The items.
+    pub fn iter(&self) -> impl Iterator<Item = &T> {
+        self.items[..self.len].iter().flatten()
+    }
+}
+
+impl<T: Copy, const N: usize> Default for List<T, N> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<T: Filter + Copy, const N: usize> Filters for List<T, N> {
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    fn get(&self, i: usize) -> Option<&dyn Filter> {
+        self.items.get(i)?.as_ref().map(|f| f as &dyn Filter)
+    }
+}
+
+impl<T: Scorer + Copy, const N: usize> Scorers for List<T, N> {
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    fn get(&self, i: usize) -> Option<&dyn Scorer> {
+        self.items.get(i)?.as_ref().map(|s| s as &dyn Scorer)
+    }
+}
+
+/// The most filters a catalog policy holds.
+pub const MAX_FILTERS: usize = 8;
+
+/// A policy assembled from the catalog at run time: builtin filters, weighted builtin scorers
+/// and a builtin picker, in fixed storage.
+pub type CatalogPolicy = crate::policy::Policy<
+    List<BuiltinFilter, MAX_FILTERS>,
+    List<WeightedScorer, MAX_SCORERS>,
+    BuiltinPicker,
+>;

@@ -1,0 +1,443 @@
+//! The catalog's builtins: a hand-computed worked example each, the edge cases (all tied, one
+//! candidate, all overloaded, empty overlap), the burst test, and configuration rejection.
+
+use libroute_core::catalog::*;
+use libroute_core::catalog_config::{PolicyConfig, PolicySetConfig};
+use libroute_core::*;
+
+fn row(id: u64, dev: u32, requests: u64) -> Row {
+    Row::new(WorkerKey::new(id, 0))
+        .with_cache(Cache {
+            device_blocks: dev,
+            effective_blocks: f64::from(dev),
+            effective_tokens: u64::from(dev) * 16,
+            ..Cache::default()
+        })
+        .with_load(Load {
+            available: true,
+            active_prefill_tokens: requests * 100,
+            active_decode_blocks: requests * 10,
+            active_requests: requests,
+        })
+}
+
+fn policy(json: &str) -> CatalogPolicy {
+    serde_json::from_str::<PolicyConfig>(json)
+        .unwrap_or_else(|e| panic!("{json}: {e}"))
+        .build()
+        .unwrap_or_else(|e| panic!("{json}: {e}"))
+}
+
+/// The costs of every candidate, by host row index (NaN for a removed row).
+fn costs(p: &CatalogPolicy, req: &Request<'_>, rows: &[Row]) -> (Selection, Vec<f64>) {
+    let mut selector = Selector::<64>::with_entropy(1);
+    let s = p.select(&mut selector, req, rows).unwrap();
+    let mut out = vec![f64::NAN; rows.len()];
+    for (i, c) in selector.last_costs() {
+        out[i] = c;
+    }
+    (s, out)
+}
+
+// A 10-block request (160 tokens).
+const REQ: Request<'static> = Request::new(160, 16);
+
+#[test]
+fn least_loaded_by_each_metric() {
+    let rows = [row(1, 0, 3), row(2, 0, 1), row(3, 0, 2)];
+    let (s, c) = costs(&policy(r#"{"type": "least_loaded"}"#), &REQ, &rows);
+    assert_eq!((s.worker.worker_id, c), (2, vec![3.0, 1.0, 2.0]));
+    let (_, c) = costs(
+        &policy(r#"{"type": "least_loaded", "metric": "prefill_tokens"}"#),
+        &REQ,
+        &rows,
+    );
+    assert_eq!(c, vec![300.0, 100.0, 200.0]);
+    let (_, c) = costs(
+        &policy(r#"{"type": "least_loaded", "metric": "active_blocks"}"#),
+        &REQ,
+        &rows,
+    );
+    assert_eq!(c, vec![30.0, 10.0, 20.0]);
+}
+
+#[test]
+fn dynamo_two_tier_follows_the_cache_when_balanced() {
+    // Requests 10, 12, 40: spread 30 <= 32, so not by load. Best overlap 6 of 10 blocks covers
+    // 0.6 > 0.5: cost = 6 - dev, so worker 2 (6 blocks) costs 0, the others 6 - 2 = 4 and 6 - 0.
+    let rows = [row(1, 2, 10), row(2, 6, 12), row(3, 0, 40)];
+    let (s, c) = costs(&policy(r#"{"type": "dynamo_two_tier"}"#), &REQ, &rows);
+    assert_eq!((s.worker.worker_id, c), (2, vec![4.0, 0.0, 6.0]));
+}
+
+#[test]
+fn dynamo_two_tier_routes_by_load_when_imbalanced_or_uncovered() {
+    // Requests 10, 12, 50: spread 40 > 32 and 50 > 1.1 * 10: by load (active requests).
+    let rows = [row(1, 2, 10), row(2, 6, 12), row(3, 0, 50)];
+    let (s, c) = costs(&policy(r#"{"type": "dynamo_two_tier"}"#), &REQ, &rows);
+    assert_eq!((s.worker.worker_id, c), (1, vec![10.0, 12.0, 50.0]));
+    // Balanced, but the best overlap 5 of 10 is not more than half: by load.
+    let rows = [row(1, 2, 10), row(2, 5, 12)];
+    let (s, _) = costs(&policy(r#"{"type": "dynamo_two_tier"}"#), &REQ, &rows);
+    assert_eq!(s.worker.worker_id, 1);
+    // A wider spread threshold keeps the cache decision for the first fleet.
+    let rows = [row(1, 2, 10), row(2, 6, 12), row(3, 0, 50)];
+    let (s, _) = costs(
+        &policy(r#"{"type": "dynamo_two_tier", "spread": 40}"#),
+        &REQ,
+        &rows,
+    );
+    assert_eq!(s.worker.worker_id, 2);
+}
+
+#[test]
+fn sglang_cache_aware_three_branches() {
+    let p = policy(r#"{"type": "sglang_cache_aware"}"#);
+    // Balanced (spread 5), best match 4 of 10 = 0.4 > 0.3: the longest match, worker 2.
+    let rows = [row(1, 1, 5), row(2, 4, 10)];
+    let (s, c) = costs(&p, &REQ, &rows);
+    assert_eq!((s.worker.worker_id, c), (2, vec![3.0, 0.0]));
+    // Balanced, best match 3 of 10 = 0.3, not above: least loaded, worker 1.
+    let rows = [row(1, 1, 5), row(2, 3, 10)];
+    assert_eq!(costs(&p, &REQ, &rows).0.worker.worker_id, 1);
+    // Imbalanced: 100 - 20 = 80 > 64 and 100 > 1.5 * 20: least loaded despite the match.
+    let rows = [row(1, 0, 20), row(2, 9, 100)];
+    let (s, c) = costs(&p, &REQ, &rows);
+    assert_eq!((s.worker.worker_id, c), (1, vec![20.0, 100.0]));
+}
+
+#[test]
+fn llm_d_weighted_normalized_scores() {
+    // Prefix: dev/10 -> 0.2, 0.8. Queue (min-max over 2 and 6): (6-2)/4 = 1, 0. KV utilization
+    // with capacity 100 blocks: 1 - 20/100 = 0.8, 1 - 60/100 = 0.4. Weights 2, 1, 1:
+    // worker 1: -(0.4 + 0.8 + 1) = -2.2; worker 2: -(1.6 + 0.4 + 0) = -2.0.
+    let p = policy(r#"{"type": "llm_d", "prefix_weight": 2, "kv_capacity_blocks": 100}"#);
+    let rows = [row(1, 2, 2), row(2, 8, 6)];
+    let (s, c) = costs(&p, &REQ, &rows);
+    assert_eq!(s.worker.worker_id, 1);
+    assert!(
+        (c[0] + 2.2).abs() < 1e-12 && (c[1] + 2.0).abs() < 1e-12,
+        "{c:?}"
+    );
+    // Tier credit: 2 host blocks count 0.8 each, 2 disk blocks 0.5 each: (1.6 + 1.0) / 10.
+    let tiered = Row::new(WorkerKey::new(3, 0)).with_cache(Cache {
+        host_blocks: 2,
+        disk_blocks: 2,
+        ..Cache::default()
+    });
+    let p = policy(r#"{"type": "composed", "scorers": [{"type": "prefix"}]}"#);
+    let (_, c) = costs(&p, &REQ, &[tiered]);
+    assert!((c[0] + 0.26).abs() < 1e-12, "{c:?}");
+}
+
+#[test]
+fn session_affinity_is_consistent_and_falls_back() {
+    let p = policy(
+        r#"{"type": "composed", "scorers": [{"type": "session_affinity", "weight": 100},
+            {"type": "least_loaded"}]}"#,
+    );
+    let rows: Vec<Row> = (1..=8).map(|id| row(id, 0, id)).collect();
+    let owner = |session: u64, rows: &[Row]| {
+        rows.iter()
+            .max_by_key(|r| rendezvous_hash(session, r.worker.worker_id, r.worker.dp_rank))
+            .unwrap()
+            .worker
+    };
+    for session in 0..50 {
+        let req = Request::new(160, 16).session(session);
+        let (s, _) = costs(&p, &req, &rows);
+        assert_eq!(s.worker, owner(session, &rows), "session {session}");
+    }
+    // The owner overloaded: the rest of the policy decides (least loaded, worker 1 unless it is
+    // the owner, then worker 2).
+    let session = 7;
+    let o = owner(session, &rows);
+    let busy: Vec<Row> = rows
+        .iter()
+        .map(|r| {
+            if r.worker == o {
+                r.overloaded(true)
+            } else {
+                *r
+            }
+        })
+        .collect();
+    let (s, _) = costs(&p, &Request::new(160, 16).session(session), &busy);
+    let expected = if o.worker_id == 1 { 2 } else { 1 };
+    assert_eq!(s.worker.worker_id, expected);
+    // No session: least loaded.
+    assert_eq!(costs(&p, &REQ, &rows).0.worker.worker_id, 1);
+}
+
+#[test]
+fn filters_remove_with_their_reasons() {
+    let rows = [
+        row(1, 0, 1).with_taints(TaintSet::EMPTY.with(Taint::new(3).unwrap())),
+        row(2, 0, 50),
+        row(3, 0, 2),
+    ];
+    let p = policy(
+        r#"{"type": "least_loaded", "filters": [{"type": "overload", "max_requests": 10},
+            {"type": "allow_list", "workers": [1, 2, 3]}]}"#,
+    );
+    let (s, c) = costs(&p, &REQ, &rows);
+    assert_eq!(s.worker.worker_id, 1);
+    assert!(c[1].is_nan(), "worker 2 is overloaded: {c:?}");
+    let p = policy(
+        r#"{"type": "least_loaded", "filters": [{"type": "require_taints", "taints": [3]}]}"#,
+    );
+    let mut selector = Selector::<8>::new();
+    let err = p.select(&mut selector, &REQ, &rows[1..]).unwrap_err();
+    assert_eq!(err, SelectError::AllFiltered);
+    let p = policy(r#"{"type": "random", "filters": [{"type": "overload", "max_requests": 0}]}"#);
+    let err = p.select(&mut selector, &REQ, &rows).unwrap_err();
+    assert_eq!(err, SelectError::AllOverloaded);
+}
+
+#[test]
+fn edge_cases_for_every_builtin() {
+    let all = [
+        r#"{"type": "default"}"#,
+        r#"{"type": "round_robin"}"#,
+        r#"{"type": "random", "seed": 1}"#,
+        r#"{"type": "power_of_two"}"#,
+        r#"{"type": "least_loaded"}"#,
+        r#"{"type": "dynamo_two_tier"}"#,
+        r#"{"type": "sglang_cache_aware"}"#,
+        r#"{"type": "llm_d", "kv_capacity_blocks": 64}"#,
+        r#"{"type": "composed", "scorers": [{"type": "session_affinity"}]}"#,
+    ];
+    for json in all {
+        let p = policy(json);
+        let mut selector = Selector::<16>::with_entropy(3);
+        // One candidate.
+        let s = p.select(&mut selector, &REQ, &[row(9, 3, 3)]).unwrap();
+        assert_eq!(s.worker.worker_id, 9, "{json}");
+        // All tied and an empty overlap: any of the three, never an error.
+        let tied = [row(1, 0, 4), row(2, 0, 4), row(3, 0, 4)];
+        let s = p.select(&mut selector, &REQ, &tied).unwrap();
+        assert!((1..=3).contains(&s.worker.worker_id), "{json}");
+        // All overloaded.
+        let busy = tied.map(|r| r.overloaded(true));
+        assert_eq!(
+            p.select(&mut selector, &REQ, &busy).unwrap_err(),
+            SelectError::AllOverloaded,
+            "{json}"
+        );
+        // No rows.
+        assert_eq!(
+            p.select(&mut selector, &REQ, &[]).unwrap_err(),
+            SelectError::NoEndpoints
+        );
+    }
+}
+
+#[test]
+fn round_robin_and_power_of_two_choices() {
+    let rows = [row(1, 0, 5), row(2, 0, 0), row(3, 0, 9)];
+    let p = policy(r#"{"type": "round_robin"}"#);
+    let mut selector = Selector::<8>::new();
+    let picks: Vec<u64> = (0..6)
+        .map(|_| {
+            p.select(&mut selector, &REQ, &rows)
+                .unwrap()
+                .worker
+                .worker_id
+        })
+        .collect();
+    assert_eq!(picks, [1, 2, 3, 1, 2, 3]);
+    // k = 3 of 3 candidates: always the least loaded; k = 1: uniformly random.
+    let p = policy(r#"{"type": "power_of_two", "k": 3}"#);
+    for _ in 0..20 {
+        assert_eq!(
+            p.select(&mut selector, &REQ, &rows)
+                .unwrap()
+                .worker
+                .worker_id,
+            2
+        );
+    }
+    // k = 2: the most loaded worker (3) can only win against itself, which needs two distinct
+    // draws, so it is never picked.
+    let p = policy(r#"{"type": "power_of_two", "seed": 5}"#);
+    let mut seen = [0u32; 4];
+    #[allow(clippy::cast_possible_truncation, reason = "worker ids 1 to 3")]
+    for _ in 0..300 {
+        seen[p
+            .select(&mut selector, &REQ, &rows)
+            .unwrap()
+            .worker
+            .worker_id as usize] += 1;
+    }
+    assert_eq!(seen[3], 0, "{seen:?}");
+    // Worker 2 wins every pair it is in (2 of 3 pairs), worker 1 the other: about 200 and 100.
+    assert!(seen[2] > 150 && seen[1] > 60, "{seen:?}");
+}
+
+#[test]
+fn a_burst_of_identical_requests_spreads_evenly_over_tied_workers() {
+    // 1,000 identical requests over 8 idle workers, each booked before the next pick: the
+    // least-loaded, llm-d and default policies must spread them exactly evenly, and seeded picks
+    // must replay.
+    for json in [
+        r#"{"type": "least_loaded", "seed": 11}"#,
+        r#"{"type": "llm_d", "seed": 11}"#,
+        r#"{"type": "default", "seed": 11}"#,
+        r#"{"type": "dynamo_two_tier", "seed": 11}"#,
+    ] {
+        let p = policy(json);
+        let run = || {
+            let mut rows: Vec<Row> = (0..8).map(|id| row(id, 0, 0)).collect();
+            let mut selector = Selector::<8>::new();
+            let mut order = Vec::new();
+            for _ in 0..1000 {
+                let s = p.select(&mut selector, &REQ, &rows).unwrap();
+                let load = rows[s.row].load();
+                rows[s.row] = rows[s.row].with_load(Load {
+                    active_requests: load.active_requests + 1,
+                    active_decode_blocks: load.active_decode_blocks + 10,
+                    active_prefill_tokens: load.active_prefill_tokens + 160,
+                    ..load
+                });
+                order.push(s.worker.worker_id);
+            }
+            (rows, order)
+        };
+        let (rows, order) = run();
+        for r in &rows {
+            assert_eq!(r.load().active_requests, 125, "{json}: {rows:?}");
+        }
+        assert_eq!(run().1, order, "{json}: seeded picks must replay");
+    }
+    // Without booking (costs stay tied), the uniform tie-break still spreads: each of 8 workers
+    // gets 125 expected, and more than 80 each.
+    let p = policy(r#"{"type": "composed", "scorers": [{"type": "queue"}], "seed": 3}"#);
+    let rows: Vec<Row> = (0..8).map(|id| row(id, 0, 0)).collect();
+    let mut selector = Selector::<8>::new();
+    let mut seen = [0u32; 8];
+    for _ in 0..1000 {
+        seen[p.select(&mut selector, &REQ, &rows).unwrap().row] += 1;
+    }
+    assert!(seen.iter().all(|&n| n > 80), "{seen:?}");
+}
+
+#[test]
+fn the_default_type_is_the_default_policy_bit_for_bit() {
+    let rows: Vec<Row> = (0..32)
+        .map(|id| {
+            row(id, u32::try_from(id % 7).unwrap(), id % 5).with_cache(Cache::from_tiers(
+                u32::try_from(id % 7).unwrap(),
+                1,
+                2,
+                0.75,
+                0.25,
+                16,
+            ))
+        })
+        .collect();
+    let knobs = r#"{"overlap_score_credit": 0.8, "prefill_load_scale": 1.5, "temperature": 0.7, "seed": 4}"#;
+    let mine = policy(&format!(r#"{{"type": "default", {}"#, &knobs[1..]));
+    let theirs: DefaultPolicyConfig = serde_json::from_str(knobs).unwrap();
+    let theirs = theirs.build().unwrap();
+    let (mut a, mut b) = (Selector::<64>::new(), Selector::<64>::new());
+    for _ in 0..50 {
+        let x = mine.select(&mut a, &REQ, &rows).unwrap();
+        let y = theirs.select(&mut b, &REQ, &rows).unwrap();
+        assert_eq!(x, y);
+    }
+}
+
+fn rejected(json: &str) -> String {
+    match serde_json::from_str::<PolicyConfig>(json) {
+        Err(e) => e.to_string(),
+        Ok(config) => config.build().unwrap_err().to_string(),
+    }
+}
+
+#[test]
+fn configuration_errors_name_what_is_wrong() {
+    let unknown_type = rejected(r#"{"type": "fastest"}"#);
+    assert!(
+        unknown_type.contains("unknown variant `fastest`"),
+        "{unknown_type}"
+    );
+    let unknown_param = rejected(r#"{"type": "dynamo_two_tier", "spred": 3}"#);
+    assert!(
+        unknown_param.contains("unknown field `spred`"),
+        "{unknown_param}"
+    );
+    let bad_value = rejected(r#"{"type": "dynamo_two_tier", "coverage": 1.5}"#);
+    assert_eq!(bad_value, "coverage = 1.5: must be within [0, 1]");
+    assert_eq!(
+        rejected(r#"{"type": "power_of_two", "k": 0}"#),
+        "k = 0: must be at least 1"
+    );
+    assert!(
+        rejected(r#"{"type": "composed", "scorers": [{"type": "queue", "weight": "x"}]}"#)
+            .contains("invalid type")
+    );
+    assert_eq!(
+        rejected(
+            r#"{"type": "composed", "filters": [{"type": "require_taints", "taints": [64]}]}"#
+        ),
+        "require_taints: taint 64 is not below 64"
+    );
+    let too_many = format!(
+        r#"{{"type": "composed", "scorers": [{}]}}"#,
+        [r#"{"type": "queue"}"#; 9].join(",")
+    );
+    assert_eq!(rejected(&too_many), "9 scorers, at most 8");
+    assert!(
+        rejected(r#"{"type": "default", "temprature": 1}"#).contains("unknown field `temprature`")
+    );
+    assert_eq!(
+        rejected(r#"{"type": "default", "temperature": -1}"#),
+        "invalid temperature = -1: must be >= 0"
+    );
+}
+
+fn set_error(json: &str) -> String {
+    match serde_json::from_str::<PolicySetConfig>(json) {
+        Err(e) => e.to_string(),
+        Ok(config) => config.build().unwrap_err().to_string(),
+    }
+}
+
+#[test]
+fn named_instances_per_role() {
+    let config: PolicySetConfig = serde_json::from_str(
+        r#"{"instances": [{"name": "cache", "policy": {"type": "sglang_cache_aware"}},
+                          {"name": "rr", "policy": {"type": "round_robin"}}],
+            "roles": {"prefill": "cache", "decode": "rr"}}"#,
+    )
+    .unwrap();
+    let set = config.build().unwrap();
+    assert_eq!(set.instance_name(Role::Prefill), "cache");
+    assert_eq!(set.instance_name(Role::Decode), "rr");
+    assert_eq!(set.instance_name(Role::Aggregated), "default");
+    let rows = [row(1, 1, 5), row(2, 4, 10)];
+    let mut selector = Selector::<8>::new();
+    let s = set
+        .policy(Role::Prefill)
+        .select(&mut selector, &REQ, &rows)
+        .unwrap();
+    assert_eq!(s.worker.worker_id, 2);
+    assert_eq!(
+        set_error(r#"{"roles": {"decode": "nope"}}"#),
+        "role decode names instance \"nope\", which is not defined"
+    );
+    assert_eq!(
+        set_error(
+            r#"{"instances": [{"name": "a", "policy": {"type": "random"}},
+                               {"name": "a", "policy": {"type": "random"}}]}"#
+        ),
+        "two instances are named \"a\""
+    );
+    assert_eq!(
+        set_error(
+            r#"{"instances": [{"name": "x", "policy": {"type": "llm_d", "host_credit": 2}}]}"#
+        ),
+        "instance \"x\": host = 2: must be within [0, 1]"
+    );
+    assert!(set_error(r#"{"roles": {"decoder": "x"}}"#).contains("unknown field `decoder`"));
+}
