@@ -446,10 +446,11 @@ mod tests {
             .nth(1)
             .and_then(|rest| rest.split("        // README end").next())
             .unwrap();
-        let snippet: String = body
-            .lines()
-            .map(|l| format!("{}\n", l.strip_prefix("        ").unwrap_or(l)))
-            .collect();
+        let mut snippet = String::new();
+        for line in body.lines() {
+            snippet.push_str(line.strip_prefix("        ").unwrap_or(line));
+            snippet.push('\n');
+        }
         assert!(
             readme.contains(&format!("```kotlin\n{snippet}```")),
             "README's Kotlin example differs from QuickstartTest.kt"
