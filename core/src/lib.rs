@@ -116,7 +116,9 @@ pub use ledger::{
     Ledger, LedgerCounters, LedgerError, LedgerEvent, LoadSlot, RequestEntry, RequestSlot,
     WorkerLoad,
 };
-pub use policy::{MAX_SCORERS, Policy, PolicyError, SelectError, Selection, Selector};
+pub use policy::{
+    Disposition, Explanation, MAX_SCORERS, Policy, PolicyError, SelectError, Selection, Selector,
+};
 pub use predict::{PredictionKey, PredictionRecord, PredictionSlot, Predictions};
 pub use rng::{RandomSource, WyRand};
 pub use router::{RouteError, Router};

@@ -138,6 +138,13 @@ pub enum SelectError {
     },
     /// The picker reported an error.
     PickerFailed(ComponentError),
+    /// The explanation buffer of [`Policy::select_explained`] holds fewer entries than rows.
+    ExplanationBufferTooSmall {
+        /// Rows given.
+        rows: usize,
+        /// Entries in the buffer.
+        given: usize,
+    },
 }
 
 impl fmt::Display for SelectError {
@@ -181,6 +188,10 @@ impl fmt::Display for SelectError {
                 write!(f, "scorer {scorer} failed: {error}")
             }
             SelectError::PickerFailed(error) => write!(f, "picker failed: {error}"),
+            SelectError::ExplanationBufferTooSmall { rows, given } => write!(
+                f,
+                "{rows} rows need {rows} explanations, the buffer holds {given}"
+            ),
         }
     }
 }
@@ -213,6 +224,84 @@ impl Selection {
     #[must_use]
     pub fn contributions(&self) -> &[f64] {
         &self.contributions[..self.scorers]
+    }
+}
+
+/// What became of one row in a selection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Disposition {
+    /// A candidate: every scorer scored it.
+    Candidate,
+    /// The request was pinned to another worker.
+    NotPinned,
+    /// The row is invalid (this field).
+    Invalid(RowField),
+    /// The worker lacks a taint the request requires.
+    Ineligible,
+    /// The host marked the worker overloaded.
+    Overloaded,
+    /// Filter `filter` (its index in the policy) removed the row.
+    Filtered {
+        /// The filter's index.
+        filter: usize,
+    },
+    /// Filter `filter` removed the row as overloaded.
+    FilterOverloaded {
+        /// The filter's index.
+        filter: usize,
+    },
+    /// Filter `filter` failed on this row.
+    FilterFailed {
+        /// The filter's index.
+        filter: usize,
+    },
+    /// Not examined: the selection stopped before reaching this row (an invalid request or
+    /// row, a scorer that failed).
+    NotExamined,
+}
+
+/// One row's part in a selection: whether it was a candidate (or which check removed it) and,
+/// for candidates of a successful selection, each scorer's contribution and the total.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Explanation {
+    /// The host row index.
+    pub row: usize,
+    /// The row's worker.
+    pub worker: WorkerKey,
+    /// What became of it.
+    pub disposition: Disposition,
+    contributions: [f64; MAX_SCORERS],
+    scorers: usize,
+    /// The summed cost; NaN when the row was not scored.
+    pub total: f64,
+    /// Whether the picker chose it.
+    pub chosen: bool,
+}
+
+impl Explanation {
+    /// An explanation of nothing yet, for sizing buffers.
+    pub const EMPTY: Explanation = Explanation {
+        row: 0,
+        worker: WorkerKey::new(0, 0),
+        disposition: Disposition::NotExamined,
+        contributions: [f64::NAN; MAX_SCORERS],
+        scorers: 0,
+        total: f64::NAN,
+        chosen: false,
+    };
+
+    /// Each scorer's contribution to [`Explanation::total`], in policy order (empty when the row
+    /// was not scored).
+    #[must_use]
+    pub fn contributions(&self) -> &[f64] {
+        &self.contributions[..self.scorers]
+    }
+}
+
+impl Default for Explanation {
+    fn default() -> Self {
+        Self::EMPTY
     }
 }
 
@@ -459,6 +548,127 @@ impl<F: Filters, S: Scorers, P: Picker> Policy<F, S, P> {
             selector.unseeded = stream;
             result
         }
+    }
+
+    /// [`Policy::select`], and an explanation of every row into `out[..rows.len()]`: whether it
+    /// was a candidate or which check removed it (required taints, the host's overload mark, the
+    /// first filter that said no), and for candidates of a successful selection each scorer's
+    /// contribution and the total. Rows are explained even when the selection fails (a failed
+    /// scorer leaves no contributions). Explaining re-runs the filters on removed rows; it
+    /// allocates nothing.
+    ///
+    /// # Errors
+    ///
+    /// [`SelectError::ExplanationBufferTooSmall`] before selecting when `out` is shorter than
+    /// `rows`; otherwise as [`Policy::select`].
+    pub fn select_explained<const N: usize>(
+        &self,
+        selector: &mut Selector<N>,
+        request: &Request<'_>,
+        rows: &[Row],
+        out: &mut [Explanation],
+    ) -> Result<Selection, SelectError> {
+        if out.len() < rows.len() {
+            return Err(SelectError::ExplanationBufferTooSmall {
+                rows: rows.len(),
+                given: out.len(),
+            });
+        }
+        let result = self.select(selector, request, rows);
+        self.explain(
+            selector,
+            request,
+            rows,
+            result.as_ref().ok(),
+            &mut out[..rows.len()],
+        );
+        result
+    }
+
+    /// Fills `out` (one entry per row) after a selection over `rows` that left `selector`'s last
+    /// state (candidates and cost columns) when it succeeded.
+    fn explain<const N: usize>(
+        &self,
+        selector: &Selector<N>,
+        request: &Request<'_>,
+        rows: &[Row],
+        chosen: Option<&Selection>,
+        out: &mut [Explanation],
+    ) {
+        let request_ok = request.check().is_ok();
+        let view = RequestView::new(request, self.filter_inputs(request.leg()));
+        for (i, (row, e)) in rows.iter().zip(out.iter_mut()).enumerate() {
+            *e = Explanation {
+                row: i,
+                worker: row.worker,
+                ..Explanation::EMPTY
+            };
+            if !request_ok {
+                continue;
+            }
+            e.disposition = if let Err(field) = row.check() {
+                Disposition::Invalid(field)
+            } else if request.pin.is_some_and(|pin| pin != row.worker) {
+                Disposition::NotPinned
+            } else if !row.taints.contains_all(request.required_taints) {
+                Disposition::Ineligible
+            } else if row.is_overloaded() {
+                Disposition::Overloaded
+            } else {
+                self.first_refusal(&view, row)
+            };
+        }
+        let Some(selection) = chosen else {
+            return;
+        };
+        let scorers = self.scorers.len();
+        let m = selector.last.candidates;
+        for (k, &i) in selector.order[..m].iter().enumerate() {
+            let Some(e) = out.get_mut(i as usize) else {
+                continue;
+            };
+            e.scorers = scorers;
+            for s in 0..scorers {
+                e.contributions[s] = selector.costs[s][k];
+            }
+            e.total = if selector.last.in_first_column {
+                selector.costs[0][k]
+            } else {
+                selector.totals[k]
+            };
+            e.disposition = Disposition::Candidate;
+        }
+        if let Some(e) = out.get_mut(selection.row) {
+            e.chosen = true;
+        }
+    }
+
+    /// The union of the filters' declared inputs for `leg`.
+    fn filter_inputs(&self, leg: Leg) -> WorkerInputs {
+        let mut all = WorkerInputs::NONE;
+        for i in 0..self.filters.len() {
+            if let Some(f) = self.filters.get(i) {
+                all |= f.inputs(leg);
+            }
+        }
+        all
+    }
+
+    /// The first filter that does not keep `row`, or [`Disposition::Candidate`].
+    fn first_refusal(&self, view: &RequestView<'_>, row: &Row) -> Disposition {
+        let row_view = RowView::new(view, row);
+        for filter in 0..self.filters.len() {
+            let Some(f) = self.filters.get(filter) else {
+                continue;
+            };
+            match f.check(view, &row_view) {
+                Ok(Verdict::Keep) => {}
+                Ok(Verdict::Reject) => return Disposition::Filtered { filter },
+                Ok(Verdict::Overloaded) => return Disposition::FilterOverloaded { filter },
+                Err(_) => return Disposition::FilterFailed { filter },
+            }
+        }
+        Disposition::Candidate
     }
 
     /// Selects with a generator the host brings (any `rand_core::Rng`). Rows are ordered by

@@ -441,3 +441,64 @@ fn named_instances_per_role() {
     );
     assert!(set_error(r#"{"roles": {"decoder": "x"}}"#).contains("unknown field `decoder`"));
 }
+
+#[test]
+fn every_row_is_explained() {
+    let p = policy(
+        r#"{"type": "composed",
+            "filters": [{"type": "overload", "max_requests": 10},
+                        {"type": "allow_list", "workers": [1, 2, 3, 4, 6]}],
+            "scorers": [{"type": "least_loaded"}, {"type": "queue", "weight": 2}]}"#,
+    );
+    let gpu = TaintSet::EMPTY.with(Taint::new(2).unwrap());
+    let rows = [
+        row(1, 0, 1).with_taints(gpu),
+        row(2, 0, 50).with_taints(gpu),
+        row(3, 0, 3),
+        row(5, 0, 1).with_taints(gpu),
+        row(4, 0, 1).with_taints(gpu).overloaded(true),
+        row(6, 0, 5).with_taints(gpu),
+    ];
+    let req = Request::new(160, 16).required_taints(gpu);
+    let mut out = [Explanation::EMPTY; 6];
+    let mut selector = Selector::<8>::new();
+    let s = p
+        .select_explained(&mut selector, &req, &rows, &mut out)
+        .unwrap();
+    assert_eq!(s.worker.worker_id, 1);
+    let dispositions: Vec<Disposition> = out.iter().map(|e| e.disposition).collect();
+    assert_eq!(
+        dispositions,
+        [
+            Disposition::Candidate,
+            Disposition::FilterOverloaded { filter: 0 },
+            Disposition::Ineligible,
+            Disposition::Filtered { filter: 1 },
+            Disposition::Overloaded,
+            Disposition::Candidate,
+        ]
+    );
+    // Candidates 1 and 6: least loaded 1 and 5; queue (min 1, max 5), weight 2: -2 and 0.
+    assert_eq!(out[0].contributions(), [1.0, -2.0]);
+    assert_eq!(out[0].total, -1.0);
+    assert!(out[0].chosen && !out[5].chosen);
+    assert_eq!(out[5].contributions(), [5.0, 0.0]);
+    assert!(out[1].contributions().is_empty() && out[1].total.is_nan());
+    // Too small a buffer is refused before selecting; a failed selection still explains rows.
+    let err = p
+        .select_explained(&mut selector, &req, &rows, &mut out[..2])
+        .unwrap_err();
+    assert_eq!(
+        err,
+        SelectError::ExplanationBufferTooSmall { rows: 6, given: 2 }
+    );
+    let err = p
+        .select_explained(&mut selector, &req, &rows[1..5], &mut out)
+        .unwrap_err();
+    assert_eq!(err, SelectError::AllFiltered);
+    assert_eq!(
+        out[0].disposition,
+        Disposition::FilterOverloaded { filter: 0 }
+    );
+    assert_eq!(out[2].disposition, Disposition::Filtered { filter: 1 });
+}

@@ -193,3 +193,43 @@ fn index_ledger_and_router_do_not_allocate_after_construction() {
     }
     assert_eq!(allocations() - before, 0);
 }
+
+#[test]
+fn catalog_policies_and_explanations_do_not_allocate() {
+    use libroute_core::catalog_config::PolicyConfig;
+    let rows = fleet(1024);
+    let request = Request::new(2048, 16).session(77);
+    let mut selector = Box::new(Selector::<1024>::new());
+    let mut explanations = vec![Explanation::EMPTY; 1024];
+    let iterations = if cfg!(miri) { 5 } else { 200 };
+    for json in [
+        r#"{"type": "round_robin"}"#,
+        r#"{"type": "random"}"#,
+        r#"{"type": "power_of_two", "seed": 1}"#,
+        r#"{"type": "least_loaded", "metric": "prefill_tokens"}"#,
+        r#"{"type": "dynamo_two_tier"}"#,
+        r#"{"type": "sglang_cache_aware"}"#,
+        r#"{"type": "llm_d", "kv_capacity_blocks": 512}"#,
+        r#"{"type": "composed", "filters": [{"type": "overload", "max_requests": 3},
+            {"type": "allow_list", "workers": [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]},
+            {"type": "require_taints", "taints": []}],
+            "scorers": [{"type": "default"}, {"type": "session_affinity", "weight": 3}],
+            "picker": {"type": "softmax", "temperature": 0.5}}"#,
+    ] {
+        let policy = serde_json::from_str::<PolicyConfig>(json)
+            .unwrap()
+            .build()
+            .unwrap();
+        policy.select(&mut selector, &request, &rows).unwrap();
+        let before = allocations();
+        for _ in 0..iterations {
+            std::hint::black_box(policy.select(&mut selector, &request, &rows).unwrap());
+            std::hint::black_box(
+                policy
+                    .select_explained(&mut selector, &request, &rows, &mut explanations)
+                    .unwrap(),
+            );
+        }
+        assert_eq!(allocations() - before, 0, "{json}");
+    }
+}

@@ -180,6 +180,7 @@ impl From<&SelectError> for libroute_status {
             SelectError::PickOutOfRange { .. } => Self::PickOutOfRange,
             SelectError::FilterFailed { .. } => Self::FilterFailed,
             SelectError::ScorerFailed { .. } => Self::ScorerFailed,
+            SelectError::ExplanationBufferTooSmall { .. } => Self::BufferTooSmall,
             SelectError::PickerFailed(_) | _ => Self::PickerFailed,
         }
     }

@@ -141,6 +141,7 @@ pub(crate) fn error_name(e: &SelectError) -> &'static str {
         SelectError::FilterFailed { .. } => "filter_failed",
         SelectError::ScorerFailed { .. } => "scorer_failed",
         SelectError::PickerFailed(_) => "picker_failed",
+        SelectError::ExplanationBufferTooSmall { .. } => "buffer_too_small",
         _ => "unknown",
     }
 }
