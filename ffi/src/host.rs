@@ -735,6 +735,12 @@ fn route_any<const W: usize>(
                 (crate::AbiPolicy::Composed(p), None) => {
                     router.route(p, $s, request, hashes, rows, id)
                 }
+                (crate::AbiPolicy::Catalog(p), Some(pr)) => {
+                    router.route_predicting(pr, p, $s, request, hashes, rows, id, now)
+                }
+                (crate::AbiPolicy::Catalog(p), None) => {
+                    router.route(p, $s, request, hashes, rows, id)
+                }
             }
         };
     }

@@ -36,11 +36,13 @@ mod status;
 use std::ffi::{c_char, c_void};
 use std::mem::{align_of, offset_of, size_of};
 
+use libroute_core::catalog::CatalogPolicy;
+use libroute_core::catalog_config::{PolicyConfig, PolicySetConfig};
 use libroute_core::{
     BlockRange, Candidates, ComponentError, DefaultCost, DefaultPicker, DefaultPolicy,
-    DefaultPolicyConfig, Filter, Filters, Leg, MAX_SCORERS, PickReason, Policy, PreferredTaint,
-    Request, RequestView, Role, Row, RowView, Scorer, Scorers, SelectError, Selection, Selector,
-    SharedHits, Taint, TaintSet, Verdict, WorkerInputs, WorkerKey,
+    DefaultPolicyConfig, Disposition, Explanation, Filter, Filters, Leg, MAX_SCORERS, PickReason,
+    Policy, PreferredTaint, Request, RequestView, Role, Row, RowView, Scorer, Scorers, SelectError,
+    Selection, Selector, SharedHits, Taint, TaintSet, Verdict, WorkerInputs, WorkerKey,
 };
 pub use status::libroute_status;
 use status::{boundary, fail, with_last_error};
@@ -483,21 +485,29 @@ type ComposedPolicy = Policy<AbiFilters, AbiScorers, DefaultPicker>;
 pub(crate) enum AbiPolicy {
     Default(DefaultPolicy),
     Composed(ComposedPolicy),
+    /// A policy of the catalog, configured by type (`{"type": ...}`); boxed because its fixed
+    /// component storage is some 5 KB.
+    Catalog(Box<CatalogPolicy>),
+}
+
+/// Runs `$body` with `$p` bound to the concrete policy behind an [`AbiPolicy`].
+macro_rules! with_policy {
+    ($policy:expr, $p:ident => $body:expr) => {
+        match $policy {
+            AbiPolicy::Default($p) => $body,
+            AbiPolicy::Composed($p) => $body,
+            AbiPolicy::Catalog($p) => $body,
+        }
+    };
 }
 
 impl AbiPolicy {
     fn scorer_count(&self) -> usize {
-        match self {
-            AbiPolicy::Default(p) => p.scorers().len(),
-            AbiPolicy::Composed(p) => p.scorers().len(),
-        }
+        with_policy!(self, p => p.scorers().len())
     }
 
     fn inputs(&self, leg: Leg) -> WorkerInputs {
-        match self {
-            AbiPolicy::Default(p) => p.inputs(leg),
-            AbiPolicy::Composed(p) => p.inputs(leg),
-        }
+        with_policy!(self, p => p.inputs(leg))
     }
 
     fn select<const N: usize>(
@@ -506,10 +516,17 @@ impl AbiPolicy {
         request: &Request<'_>,
         rows: &[Row],
     ) -> Result<Selection, SelectError> {
-        match self {
-            AbiPolicy::Default(p) => p.select(selector, request, rows),
-            AbiPolicy::Composed(p) => p.select(selector, request, rows),
-        }
+        with_policy!(self, p => p.select(selector, request, rows))
+    }
+
+    fn select_explained<const N: usize>(
+        &self,
+        selector: &mut Selector<N>,
+        request: &Request<'_>,
+        rows: &[Row],
+        out: &mut [Explanation],
+    ) -> Result<Selection, SelectError> {
+        with_policy!(self, p => p.select_explained(selector, request, rows, out))
     }
 }
 
@@ -554,6 +571,9 @@ macro_rules! with_selector {
 pub(crate) struct SelectorBox {
     pub(crate) inner: AnySelector,
     pub(crate) capacity: usize,
+    /// Explanations of `libroute_select_explained`, allocated on its first use (to the
+    /// capacity) and reused after.
+    pub(crate) explanations: Vec<Explanation>,
 }
 
 impl SelectorBox {
@@ -583,21 +603,35 @@ macro_rules! non_null {
 
 /// Parses the knobs JSON of a default policy; errors are recorded with their detail.
 fn parse_config(json: &[u8]) -> Result<DefaultPolicyConfig, libroute_status> {
+    parse_json(json)
+}
+
+/// Parses a configuration; errors are recorded with their detail (an unknown key or type gives
+/// `UNKNOWN_KEY`, anything else `INVALID_JSON`).
+fn parse_json<T: serde::de::DeserializeOwned>(json: &[u8]) -> Result<T, libroute_status> {
     let text = std::str::from_utf8(json).map_err(|e| {
         fail(
             libroute_status::InvalidJson,
             format_args!("configuration is not UTF-8: {e}"),
         )
     })?;
-    serde_json::from_str::<DefaultPolicyConfig>(text).map_err(|e| {
+    serde_json::from_str::<T>(text).map_err(|e| {
         let message = e.to_string();
-        let status = if message.starts_with("unknown field") {
-            libroute_status::UnknownKey
-        } else {
-            libroute_status::InvalidJson
-        };
+        let status =
+            if message.starts_with("unknown field") || message.starts_with("unknown variant") {
+                libroute_status::UnknownKey
+            } else {
+                libroute_status::InvalidJson
+            };
         fail(status, format_args!("configuration: {message}"))
     })
+}
+
+/// Whether `json` is a catalog policy: an object with a `"type"` key (the default policy's knobs
+/// have none).
+fn is_catalog(json: &[u8]) -> bool {
+    serde_json::from_slice::<serde_json::Map<String, serde_json::Value>>(json)
+        .is_ok_and(|object| object.contains_key("type"))
 }
 
 /// Reads a `(pointer, length)` buffer of `T`; NULL is allowed only with length 0.
@@ -614,6 +648,15 @@ pub(crate) unsafe fn slice<'a, T>(ptr: *const T, len: usize) -> Option<&'a [T]> 
         // SAFETY: non-NULL and, by this function's contract, valid for `len` reads.
         Some(unsafe { std::slice::from_raw_parts(ptr, len) })
     }
+}
+
+/// Builds a catalog policy from its JSON (`{"type": ...}`).
+fn catalog_policy(json: &[u8]) -> Result<Box<AbiPolicy>, libroute_status> {
+    let config: PolicyConfig = parse_json(json)?;
+    let policy = config
+        .build()
+        .map_err(|e| fail(libroute_status::InvalidKnob, format_args!("policy: {e}")))?;
+    Ok(Box::new(AbiPolicy::Catalog(Box::new(policy))))
 }
 
 /// Builds the policy: the default knobs from `json` plus C components.
@@ -636,6 +679,16 @@ unsafe fn build_policy(
             "json is NULL with a non-zero length",
         )
     })?;
+    if is_catalog(json) {
+        if filters_len != 0 || scorers_len != 0 {
+            return Err(fail(
+                libroute_status::InvalidArgument,
+                "custom components compose with the default policy's knobs, not with a catalog \
+                 policy (a JSON object with \"type\")",
+            ));
+        }
+        return catalog_policy(json);
+    }
     let config = if json.is_empty() {
         DefaultPolicyConfig::default()
     } else {
@@ -919,7 +972,11 @@ pub unsafe extern "C" fn libroute_selector_new(
                 );
             }
         };
-        let selector = Box::new(SelectorBox { inner, capacity });
+        let selector = Box::new(SelectorBox {
+            inner,
+            capacity,
+            explanations: Vec::new(),
+        });
         // SAFETY: `out` is non-NULL and valid for a write by contract.
         unsafe { out.write(Box::into_raw(selector).cast()) };
         libroute_status::Ok
@@ -1180,6 +1237,316 @@ pub(crate) fn to_c(s: &Selection) -> libroute_selection {
         request_blocks: s.request_blocks,
         cached_tokens: s.cached_tokens,
     }
+}
+
+/// The most scorers a policy sums (the length of `libroute_explanation.contributions`).
+pub const LIBROUTE_MAX_SCORERS: usize = 8;
+
+/// What became of one row in a selection (`libroute_explanation.disposition`).
+#[repr(u32)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum libroute_disposition {
+    /// A candidate: every scorer scored it.
+    Candidate = 0,
+    /// The request was pinned to another worker.
+    NotPinned = 1,
+    /// The row is invalid.
+    Invalid = 2,
+    /// The worker lacks a taint the request requires.
+    Ineligible = 3,
+    /// The host marked the worker overloaded.
+    Overloaded = 4,
+    /// Filter `filter` removed it.
+    Filtered = 5,
+    /// Filter `filter` removed it as overloaded.
+    FilterOverloaded = 6,
+    /// Filter `filter` failed on it.
+    FilterFailed = 7,
+    /// Not examined: the selection stopped before this row (an invalid request, say).
+    NotExamined = 8,
+}
+
+/// One row's part in a selection.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct libroute_explanation {
+    /// The row's index in the caller's array.
+    pub row: usize,
+    /// The row's worker.
+    pub worker: libroute_worker,
+    /// A `libroute_disposition` value.
+    pub disposition: u32,
+    /// With `FILTERED`, `FILTER_OVERLOADED` or `FILTER_FAILED`: the filter's index (custom
+    /// filters in the order given; a catalog policy's filters in its configuration's order).
+    pub filter: u32,
+    /// 1 for the chosen row, else 0.
+    pub chosen: u8,
+    /// How many of `contributions` are set (0 for a row that was not scored).
+    pub scorers: usize,
+    /// The summed cost; NaN when the row was not scored.
+    pub total: f64,
+    /// Each scorer's contribution to `total`, in policy order.
+    pub contributions: [f64; LIBROUTE_MAX_SCORERS],
+}
+
+impl From<&Explanation> for libroute_explanation {
+    fn from(e: &Explanation) -> Self {
+        let (disposition, filter) = match e.disposition {
+            Disposition::Candidate => (libroute_disposition::Candidate, 0),
+            Disposition::NotPinned => (libroute_disposition::NotPinned, 0),
+            Disposition::Invalid(_) => (libroute_disposition::Invalid, 0),
+            Disposition::Ineligible => (libroute_disposition::Ineligible, 0),
+            Disposition::Overloaded => (libroute_disposition::Overloaded, 0),
+            Disposition::Filtered { filter } => (libroute_disposition::Filtered, filter),
+            Disposition::FilterOverloaded { filter } => {
+                (libroute_disposition::FilterOverloaded, filter)
+            }
+            Disposition::FilterFailed { filter } => (libroute_disposition::FilterFailed, filter),
+            _ => (libroute_disposition::NotExamined, 0),
+        };
+        let parts = e.contributions();
+        let mut contributions = [f64::NAN; LIBROUTE_MAX_SCORERS];
+        contributions[..parts.len()].copy_from_slice(parts);
+        libroute_explanation {
+            row: e.row,
+            worker: libroute_worker {
+                worker_id: e.worker.worker_id,
+                dp_rank: e.worker.dp_rank,
+            },
+            disposition: disposition as u32,
+            filter: u32::try_from(filter).unwrap_or(u32::MAX),
+            chosen: u8::from(e.chosen),
+            scorers: parts.len(),
+            total: e.total,
+            contributions,
+        }
+    }
+}
+
+/// `libroute_select`, and an explanation of every row into `explanations[0..rows_len]`: whether
+/// it was a candidate or which check removed it (a required taint, the host's overload flag, the
+/// first filter that refused it) and, for candidates of a successful selection, each scorer's
+/// contribution and the total. Rows are explained also when the selection fails (the status says
+/// why), so a host can log why every worker was passed over. The first call on a selector
+/// allocates its explanation buffer (to the selector's capacity); later calls allocate nothing.
+///
+/// Errors: as `libroute_select`, plus `BUFFER_TOO_SMALL` when `explanations_len < rows_len`
+/// (checked before selecting; nothing is written).
+///
+/// # Safety
+///
+/// As `libroute_select`; `explanations` must be valid for `explanations_len` writes.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn libroute_select_explained(
+    policy: *const libroute_policy,
+    selector: *mut libroute_selector,
+    request: *const libroute_request,
+    rows: *const libroute_row,
+    rows_len: usize,
+    out: *mut libroute_selection,
+    explanations: *mut libroute_explanation,
+    explanations_len: usize,
+) -> libroute_status {
+    boundary(|| {
+        non_null!(out, "out");
+        non_null!(request, "request");
+        if explanations.is_null() && rows_len > 0 {
+            return fail(libroute_status::NullArgument, "explanations is NULL");
+        }
+        if explanations_len < rows_len {
+            return fail(
+                libroute_status::BufferTooSmall,
+                format_args!("explanations holds {explanations_len} entries for {rows_len} rows"),
+            );
+        }
+        // SAFETY: NULL or live by contract.
+        let Some(policy) = (unsafe { policy_ref(policy) }) else {
+            return fail(libroute_status::NullArgument, "policy is NULL");
+        };
+        // SAFETY: NULL or a live `SelectorBox` not used concurrently, by contract.
+        let Some(selector) = (unsafe { selector.cast::<SelectorBox>().as_mut() }) else {
+            return fail(libroute_status::NullArgument, "selector is NULL");
+        };
+        // SAFETY: non-NULL and valid by contract.
+        let request = unsafe { &*request };
+        // SAFETY: as in `libroute_select`: the C row is the core row.
+        let Some(rows) = (unsafe { slice(rows.cast::<Row>(), rows_len) }) else {
+            return fail(
+                libroute_status::NullArgument,
+                "rows is NULL with a non-zero length",
+            );
+        };
+        if let Err(status) = selector.check_rows(rows.len()) {
+            return status;
+        }
+        if selector.explanations.len() < selector.capacity {
+            selector
+                .explanations
+                .resize(selector.capacity, Explanation::EMPTY);
+        }
+        let SelectorBox {
+            inner,
+            explanations: scratch,
+            ..
+        } = selector;
+        let scratch = &mut scratch[..rows.len()];
+        // SAFETY: the request's arrays are valid for their lengths by contract.
+        let converted = unsafe {
+            with_core_request(
+                request,
+                |core_request| with_selector!(inner, s => policy.select_explained(s, core_request, rows, scratch)),
+            )
+        };
+        let result = match converted {
+            Ok(result) => result,
+            Err(status) => return status,
+        };
+        // Rows are explained on success and on a selection failure alike.
+        for (k, e) in scratch.iter().enumerate() {
+            // SAFETY: `k < rows_len <= explanations_len` (checked), valid for writes by contract.
+            unsafe { explanations.add(k).write(libroute_explanation::from(e)) };
+        }
+        match result {
+            Ok(selection) => {
+                // SAFETY: `out` is non-NULL and valid for a write by contract.
+                unsafe { out.write(to_c(&selection)) };
+                libroute_status::Ok
+            }
+            Err(e) => select_error(&e),
+        }
+    })
+}
+
+/// Named policy instances assigned to roles, from one JSON configuration. Create with
+/// `libroute_policy_set_new`; free with `libroute_policy_set_free`.
+#[derive(Debug)]
+pub struct libroute_policy_set {
+    _private: [u8; 0],
+}
+
+/// The policies of a set, one per role (in `libroute_role` order), and their instance names.
+struct PolicySetBox {
+    policies: [Box<AbiPolicy>; 4],
+    names: [std::ffi::CString; 4],
+}
+
+/// Creates a policy set from JSON: `{"instances": [{"name": ..., "policy": {"type": ...}}],
+/// "roles": {"prefill": name, "decode": name, "aggregated": name, "encode": name}}`. Omitted roles
+/// use the default policy. On success `*out` owns the set: free it with `libroute_policy_set_free`.
+///
+/// Errors: `NULL_ARGUMENT`; `INVALID_JSON`; `UNKNOWN_KEY` (an unknown key or policy type, named);
+/// `INVALID_KNOB` (an invalid parameter, a duplicate instance name, a role naming no instance;
+/// the detail names the instance and the parameter).
+///
+/// # Safety
+///
+/// `json` must point to `json_len` readable bytes; `out` must be valid for a pointer write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn libroute_policy_set_new(
+    json: *const c_char,
+    json_len: usize,
+    out: *mut *mut libroute_policy_set,
+) -> libroute_status {
+    boundary(|| {
+        non_null!(out, "out");
+        // SAFETY: `json` holds `json_len` bytes by contract.
+        let Some(json) = (unsafe { slice(json.cast::<u8>(), json_len) }) else {
+            return fail(libroute_status::NullArgument, "json is NULL");
+        };
+        let config: PolicySetConfig = match parse_json(json) {
+            Ok(config) => config,
+            Err(status) => return status,
+        };
+        let set = match config.build() {
+            Ok(set) => set,
+            Err(e) => {
+                return fail(
+                    libroute_status::InvalidKnob,
+                    format_args!("policy set: {e}"),
+                );
+            }
+        };
+        let roles = [Role::Prefill, Role::Decode, Role::Aggregated, Role::Encode];
+        let policies = roles.map(|r| Box::new(AbiPolicy::Catalog(Box::new(set.policy(r).clone()))));
+        let names = roles.map(|r| {
+            // Instance names come from JSON strings, which may hold a NUL; cut there.
+            let name = set.instance_name(r);
+            let name = name.split('\0').next().unwrap_or_default();
+            std::ffi::CString::new(name).unwrap_or_default()
+        });
+        let boxed = Box::new(PolicySetBox { policies, names });
+        // SAFETY: `out` is non-NULL and valid for a write by contract.
+        unsafe { out.write(Box::into_raw(boxed).cast()) };
+        libroute_status::Ok
+    })
+}
+
+/// Frees a policy set and every policy it lent out. `NULL` does nothing.
+///
+/// # Safety
+///
+/// `set` must be NULL or a live handle from `libroute_policy_set_new`, not in use elsewhere, and
+/// no policy obtained from it may be used afterwards.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn libroute_policy_set_free(set: *mut libroute_policy_set) {
+    let _ = boundary(|| {
+        if !set.is_null() {
+            // SAFETY: by contract it came from `Box::into_raw` of a `PolicySetBox`, freed once.
+            drop(unsafe { Box::from_raw(set.cast::<PolicySetBox>()) });
+        }
+        libroute_status::Ok
+    });
+}
+
+/// Writes the policy serving `role` to `*out`: a policy the set owns, valid until the set is
+/// freed, usable with every function that takes a `const libroute_policy *` (never pass it to
+/// `libroute_policy_free`). Writes the instance's name (`"default"` for an unassigned role),
+/// NUL-terminated, to `name[0..name_len]` when `name` is not NULL.
+///
+/// Errors: `NULL_ARGUMENT`, `INVALID_ARGUMENT` (role), `BUFFER_TOO_SMALL` (name; nothing written).
+///
+/// # Safety
+///
+/// `set` must be a live handle; `out` valid for a pointer write; `name`, when not NULL, valid
+/// for `name_len` writes.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn libroute_policy_set_get(
+    set: *const libroute_policy_set,
+    role: u32,
+    out: *mut *const libroute_policy,
+    name: *mut c_char,
+    name_len: usize,
+) -> libroute_status {
+    boundary(|| {
+        non_null!(out, "out");
+        // SAFETY: NULL or live by contract.
+        let Some(set) = (unsafe { set.cast::<PolicySetBox>().as_ref() }) else {
+            return fail(libroute_status::NullArgument, "set is NULL");
+        };
+        let slot = match self::role(role) {
+            Ok(Role::Prefill) => 0,
+            Ok(Role::Decode) => 1,
+            Ok(Role::Aggregated) => 2,
+            Ok(Role::Encode) => 3,
+            Err(status) => return status,
+        };
+        if !name.is_null() {
+            let text = set.names[slot].to_str().unwrap_or_default();
+            let mut written = 0;
+            // SAFETY: `name` is valid for `name_len` writes by contract.
+            let status = unsafe { write_text(text, name, name_len, &raw mut written) };
+            if status != libroute_status::Ok {
+                return fail(
+                    status,
+                    format_args!("the instance name needs {} bytes", text.len() + 1),
+                );
+            }
+        }
+        let policy: &AbiPolicy = &set.policies[slot];
+        // SAFETY: `out` is non-NULL and valid for a write by contract.
+        unsafe { out.write(std::ptr::from_ref(policy).cast()) };
+        libroute_status::Ok
+    })
 }
 
 /// Writes every candidate of the selector's last successful selection: `rows[k]` is the index of

@@ -690,3 +690,89 @@ fn the_router_indexes_routes_books_and_frees() {
         libroute_policy_free(policy);
     }
 }
+
+#[test]
+fn catalog_policies_explanations_and_policy_sets() {
+    // Least loaded by active decode blocks (the rows' only load figure here): 5, 2, 9.
+    let policy =
+        new_policy(r#"{"type": "least_loaded", "metric": "active_blocks", "filters": [{"type": "allow_list", "workers": [1, 2]}]}"#)
+            .unwrap();
+    let selector = new_selector(4);
+    let rows = [row(1, 0, 5), row(2, 0, 2), row(3, 0, 9)];
+    let req = request(64);
+    // SAFETY: plain data; zero is a valid placeholder.
+    let mut out: libroute_selection = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    let mut ex: [libroute_explanation; 3] = unsafe { std::mem::zeroed() };
+    // SAFETY: live handles, a valid request, rows and buffers of the lengths given.
+    let rc = unsafe {
+        libroute_select_explained(
+            policy,
+            selector,
+            &req,
+            rows.as_ptr(),
+            rows.len(),
+            &raw mut out,
+            ex.as_mut_ptr(),
+            ex.len(),
+        )
+    };
+    assert_eq!(rc, libroute_status::Ok);
+    assert_eq!(out.worker.worker_id, 2);
+    assert_eq!((ex[0].total, ex[1].total, ex[1].chosen), (5.0, 2.0, 1));
+    assert_eq!(ex[2].disposition, libroute_disposition::Filtered as u32);
+    assert!(ex[2].total.is_nan());
+    // A buffer shorter than the rows is refused.
+    // SAFETY: as above.
+    let rc = unsafe {
+        libroute_select_explained(
+            policy,
+            selector,
+            &req,
+            rows.as_ptr(),
+            rows.len(),
+            &raw mut out,
+            ex.as_mut_ptr(),
+            2,
+        )
+    };
+    assert_eq!(rc, libroute_status::BufferTooSmall);
+
+    let json = r#"{"instances": [{"name": "rr", "policy": {"type": "round_robin"}}], "roles": {"decode": "rr"}}"#;
+    let mut set = ptr::null_mut();
+    // SAFETY: a valid buffer and out-pointer.
+    let rc = unsafe { libroute_policy_set_new(json.as_ptr().cast(), json.len(), &raw mut set) };
+    assert_eq!(rc, libroute_status::Ok);
+    let mut decode = ptr::null();
+    let mut name = [0 as c_char; 8];
+    // SAFETY: a live set, valid out-pointers and name buffer.
+    let rc = unsafe {
+        libroute_policy_set_get(
+            set,
+            libroute_role::Decode as u32,
+            &raw mut decode,
+            name.as_mut_ptr(),
+            name.len(),
+        )
+    };
+    assert_eq!(rc, libroute_status::Ok);
+    let bytes: Vec<u8> = name[..3].iter().map(|&c| c.to_ne_bytes()[0]).collect();
+    assert_eq!(bytes, b"rr\0");
+    let first = select(decode, selector, &req, &rows)
+        .unwrap()
+        .0
+        .worker
+        .worker_id;
+    let second = select(decode, selector, &req, &rows)
+        .unwrap()
+        .0
+        .worker
+        .worker_id;
+    assert_eq!((first, second), (1, 2));
+    // SAFETY: handles from their constructors, freed once.
+    unsafe {
+        libroute_policy_set_free(set);
+        libroute_selector_free(selector);
+        libroute_policy_free(policy);
+    }
+}

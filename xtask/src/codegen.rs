@@ -85,6 +85,7 @@ pub(crate) fn header() -> Result<String> {
         "libroute_verdict",
         "libroute_kv_kind",
         "libroute_ledger_kind",
+        "libroute_disposition",
     ]
     .iter()
     .map(|s| (*s).to_owned())

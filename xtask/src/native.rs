@@ -167,6 +167,11 @@ const PROGRAMS: &[Program] = &[
         args: no_args,
     },
     Program {
+        source: "bindings/c/tests/catalog.c",
+        cpp: false,
+        args: no_args,
+    },
+    Program {
         source: "bindings/c/examples/embed.c",
         cpp: false,
         args: no_args,

@@ -71,6 +71,11 @@
 #define LIBROUTE_MAX_CAPACITY 4096
 
 /**
+ * The most scorers a policy sums (the length of `libroute_explanation.contributions`).
+ */
+#define LIBROUTE_MAX_SCORERS 8
+
+/**
  * The largest table `libroute_router_new` allocates, in slots (2^26).
  */
 #define LIBROUTE_MAX_TABLE_SLOTS (1 << 26)
@@ -375,11 +380,70 @@ typedef uint32_t libroute_ledger_kind;
 #endif // __cplusplus
 
 /**
+ * What became of one row in a selection (`libroute_explanation.disposition`).
+ */
+enum libroute_disposition
+#if defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+  : uint32_t
+#endif // defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+ {
+  /**
+   * A candidate: every scorer scored it.
+   */
+  LIBROUTE_DISPOSITION_CANDIDATE = 0,
+  /**
+   * The request was pinned to another worker.
+   */
+  LIBROUTE_DISPOSITION_NOT_PINNED = 1,
+  /**
+   * The row is invalid.
+   */
+  LIBROUTE_DISPOSITION_INVALID = 2,
+  /**
+   * The worker lacks a taint the request requires.
+   */
+  LIBROUTE_DISPOSITION_INELIGIBLE = 3,
+  /**
+   * The host marked the worker overloaded.
+   */
+  LIBROUTE_DISPOSITION_OVERLOADED = 4,
+  /**
+   * Filter `filter` removed it.
+   */
+  LIBROUTE_DISPOSITION_FILTERED = 5,
+  /**
+   * Filter `filter` removed it as overloaded.
+   */
+  LIBROUTE_DISPOSITION_FILTER_OVERLOADED = 6,
+  /**
+   * Filter `filter` failed on it.
+   */
+  LIBROUTE_DISPOSITION_FILTER_FAILED = 7,
+  /**
+   * Not examined: the selection stopped before this row (an invalid request, say).
+   */
+  LIBROUTE_DISPOSITION_NOT_EXAMINED = 8,
+};
+#ifndef __cplusplus
+#if __STDC_VERSION__ >= 202311L
+typedef enum libroute_disposition libroute_disposition;
+#else
+typedef uint32_t libroute_disposition;
+#endif // __STDC_VERSION__ >= 202311L
+#endif // __cplusplus
+
+/**
  * An immutable policy: the default cost and picker configured by JSON, plus any custom filters
  * and scorers. Create with `libroute_policy_new` or `libroute_policy_new_default`; free with
  * `libroute_policy_free`.
  */
 typedef struct libroute_policy libroute_policy;
+
+/**
+ * Named policy instances assigned to roles, from one JSON configuration. Create with
+ * `libroute_policy_set_new`; free with `libroute_policy_set_free`.
+ */
+typedef struct libroute_policy_set libroute_policy_set;
 
 /**
  * The host's routing state: index, ledger, predictions. Create with `libroute_router_new`, free
@@ -683,6 +747,45 @@ typedef struct libroute_selection {
 } libroute_selection;
 
 /**
+ * One row's part in a selection.
+ */
+typedef struct libroute_explanation {
+  /**
+   * The row's index in the caller's array.
+   */
+  size_t row;
+  /**
+   * The row's worker.
+   */
+  struct libroute_worker worker;
+  /**
+   * A `libroute_disposition` value.
+   */
+  uint32_t disposition;
+  /**
+   * With `FILTERED`, `FILTER_OVERLOADED` or `FILTER_FAILED`: the filter's index (custom
+   * filters in the order given; a catalog policy's filters in its configuration's order).
+   */
+  uint32_t filter;
+  /**
+   * 1 for the chosen row, else 0.
+   */
+  uint8_t chosen;
+  /**
+   * How many of `contributions` are set (0 for a row that was not scored).
+   */
+  size_t scorers;
+  /**
+   * The summed cost; NaN when the row was not scored.
+   */
+  double total;
+  /**
+   * Each scorer's contribution to `total`, in policy order.
+   */
+  double contributions[LIBROUTE_MAX_SCORERS];
+} libroute_explanation;
+
+/**
  * Sizes and weights of a router; every table's slot count is a power of two (at least 8), and a
  * table holds at most half its slots.
  */
@@ -970,6 +1073,76 @@ libroute_status libroute_select(const struct libroute_policy *policy,
                                 struct libroute_selection *out,
                                 double *contributions,
                                 size_t contributions_len);
+
+/**
+ * `libroute_select`, and an explanation of every row into `explanations[0..rows_len]`: whether
+ * it was a candidate or which check removed it (a required taint, the host's overload flag, the
+ * first filter that refused it) and, for candidates of a successful selection, each scorer's
+ * contribution and the total. Rows are explained also when the selection fails (the status says
+ * why), so a host can log why every worker was passed over. The first call on a selector
+ * allocates its explanation buffer (to the selector's capacity); later calls allocate nothing.
+ *
+ * Errors: as `libroute_select`, plus `BUFFER_TOO_SMALL` when `explanations_len < rows_len`
+ * (checked before selecting; nothing is written).
+ *
+ * # Safety
+ *
+ * As `libroute_select`; `explanations` must be valid for `explanations_len` writes.
+ */
+libroute_status libroute_select_explained(const struct libroute_policy *policy,
+                                          struct libroute_selector *selector,
+                                          const struct libroute_request *request,
+                                          const struct libroute_row *rows,
+                                          size_t rows_len,
+                                          struct libroute_selection *out,
+                                          struct libroute_explanation *explanations,
+                                          size_t explanations_len);
+
+/**
+ * Creates a policy set from JSON: `{"instances": [{"name": ..., "policy": {"type": ...}}],
+ * "roles": {"prefill": name, "decode": name, "aggregated": name, "encode": name}}`. Omitted roles
+ * use the default policy. On success `*out` owns the set: free it with `libroute_policy_set_free`.
+ *
+ * Errors: `NULL_ARGUMENT`; `INVALID_JSON`; `UNKNOWN_KEY` (an unknown key or policy type, named);
+ * `INVALID_KNOB` (an invalid parameter, a duplicate instance name, a role naming no instance;
+ * the detail names the instance and the parameter).
+ *
+ * # Safety
+ *
+ * `json` must point to `json_len` readable bytes; `out` must be valid for a pointer write.
+ */
+libroute_status libroute_policy_set_new(const char *json,
+                                        size_t json_len,
+                                        struct libroute_policy_set **out);
+
+/**
+ * Frees a policy set and every policy it lent out. `NULL` does nothing.
+ *
+ * # Safety
+ *
+ * `set` must be NULL or a live handle from `libroute_policy_set_new`, not in use elsewhere, and
+ * no policy obtained from it may be used afterwards.
+ */
+void libroute_policy_set_free(struct libroute_policy_set *set);
+
+/**
+ * Writes the policy serving `role` to `*out`: a policy the set owns, valid until the set is
+ * freed, usable with every function that takes a `const libroute_policy *` (never pass it to
+ * `libroute_policy_free`). Writes the instance's name (`"default"` for an unassigned role),
+ * NUL-terminated, to `name[0..name_len]` when `name` is not NULL.
+ *
+ * Errors: `NULL_ARGUMENT`, `INVALID_ARGUMENT` (role), `BUFFER_TOO_SMALL` (name; nothing written).
+ *
+ * # Safety
+ *
+ * `set` must be a live handle; `out` valid for a pointer write; `name`, when not NULL, valid
+ * for `name_len` writes.
+ */
+libroute_status libroute_policy_set_get(const struct libroute_policy_set *set,
+                                        uint32_t role,
+                                        const struct libroute_policy **out,
+                                        char *name,
+                                        size_t name_len);
 
 /**
  * Writes every candidate of the selector's last successful selection: `rows[k]` is the index of
