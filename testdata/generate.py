@@ -450,9 +450,85 @@ def dump(s):
     return json.dumps(fix(s), separators=(",", ":"), allow_nan=False)
 
 
+def catalog():
+    """The catalog's builtins (core/src/catalog.rs), with costs written out by hand from each
+    component's documented formula, not computed by a second implementation. A 10-block request
+    (160 tokens); rows carry `dev` device blocks and `n` active requests (100 n prefill tokens,
+    10 n decode blocks)."""
+    def row(worker, dev, n):
+        return candidate(worker, cache=cache(dev), load=load(100 * n, 10 * n, n))
+
+    def case(name, why, policy, rows, costs=None, error=None):
+        req = dict(REQUEST_DEFAULTS)
+        req.update(prompt_tokens=160, block_size=16)
+        expect = {"error": error}
+        if costs is not None:
+            present = [c for c in costs if c is not None]
+            low = min(present)
+            expect["costs"] = [None if c is None else float(c) for c in costs]
+            expect["cost_bits"] = [None if c is None else "%016x" % struct_bits(float(c)) for c in costs]
+            expect["argmin"] = sorted([r["worker"], r["rank"]] for r, c in zip(rows, costs) if c == low)
+        return {"name": name, "why": why, "policy": policy, "request": req, "candidates": rows,
+                "expect": expect}
+
+    least = {"type": "least_loaded"}
+    two_tier = {"type": "dynamo_two_tier"}
+    sglang = {"type": "sglang_cache_aware"}
+    # llm-d, prefix weight 2, KV capacity 100 blocks, over rows (dev 2, n 2) and (dev 8, n 6):
+    # prefix -(2/10) * 2 and -(8/10) * 2; KV -(1 - 20/100) and -(1 - 60/100); queue (min 2, max 6)
+    # -((6-2)/4) and -(0/4); summed in scorer order.
+    llm_d = [(-(2 / 10)) * 2 + -(1 - 20 / 100) + -((6 - 2) / 4),
+             (-(8 / 10)) * 2 + -(1 - 60 / 100) + -(0 / 4)]
+    return [
+        case("catalog-least-loaded-requests", "least_loaded: cost = active requests",
+             least, [row(1, 0, 3), row(2, 0, 1), row(3, 0, 2)], [3, 1, 2]),
+        case("catalog-least-loaded-prefill", "least_loaded by prefill tokens",
+             {"type": "least_loaded", "metric": "prefill_tokens"},
+             [row(1, 0, 3), row(2, 0, 1), row(3, 0, 2)], [300, 100, 200]),
+        case("catalog-least-loaded-blocks", "least_loaded by active blocks",
+             {"type": "least_loaded", "metric": "active_blocks"},
+             [row(1, 0, 3), row(2, 0, 1), row(3, 0, 2)], [30, 10, 20]),
+        case("catalog-two-tier-cache", "spread 30 <= 32; best overlap 6/10 > 0.5: cost = 6 - dev",
+             two_tier, [row(1, 2, 10), row(2, 6, 12), row(3, 0, 40)], [4, 0, 6]),
+        case("catalog-two-tier-load", "spread 40 > 32 and 50 > 1.1 * 10: by active requests",
+             two_tier, [row(1, 2, 10), row(2, 6, 12), row(3, 0, 50)], [10, 12, 50]),
+        case("catalog-two-tier-uncovered", "best overlap 5/10 is not above 0.5: by load",
+             two_tier, [row(1, 2, 10), row(2, 5, 12)], [10, 12]),
+        case("catalog-two-tier-empty-overlap", "no overlap anywhere: by load, all tied",
+             two_tier, [row(1, 0, 4), row(2, 0, 4)], [4, 4]),
+        case("catalog-sglang-match", "balanced, best match 4/10 > 0.3: cost = 4 - dev",
+             sglang, [row(1, 1, 5), row(2, 4, 10)], [3, 0]),
+        case("catalog-sglang-short-match", "best match 3/10 is not above 0.3: least loaded",
+             sglang, [row(1, 1, 5), row(2, 3, 10)], [5, 10]),
+        case("catalog-sglang-imbalanced", "100 - 20 > 64 and 100 > 1.5 * 20: least loaded",
+             sglang, [row(1, 0, 20), row(2, 9, 100)], [20, 100]),
+        case("catalog-llm-d", "prefix (weight 2) + KV utilization (100 blocks) + queue, negated",
+             {"type": "llm_d", "prefix_weight": 2, "kv_capacity_blocks": 100},
+             [row(1, 2, 2), row(2, 8, 6)], llm_d),
+        case("catalog-round-robin-one", "no scorer: every candidate costs 0",
+             {"type": "round_robin"}, [row(7, 3, 3)], [0]),
+        case("catalog-overload-filter", "overload filter, max 10 requests: worker 2 removed",
+             {"type": "least_loaded", "filters": [{"type": "overload", "max_requests": 10}]},
+             [row(1, 0, 1), row(2, 0, 50), row(3, 0, 2)], [1, None, 2]),
+        case("catalog-all-overloaded", "every row above the limit",
+             {"type": "random", "filters": [{"type": "overload", "max_requests": 0}]},
+             [row(1, 0, 1), row(2, 0, 2)], error="all_overloaded"),
+        case("catalog-all-filtered", "the allow-list names no row",
+             {"type": "least_loaded", "filters": [{"type": "allow_list", "workers": [9]}]},
+             [row(1, 0, 1), row(2, 0, 2)], error="all_filtered"),
+        case("catalog-default-type", "the default type is the default policy (spec worked 1 knobs)",
+             {"type": "default", "prefill_load_scale": 2},
+             [candidate(0, cache=cache(6), load=load(16, 5, 0))], [2 * (176 / 16 - 6) + 5]),
+        case("catalog-unknown-type", "an unknown type is a configuration error",
+             {"type": "fastest"}, [row(1, 0, 0)], error="invalid_config"),
+        case("catalog-invalid-parameter", "coverage above 1",
+             {"type": "dynamo_two_tier", "coverage": 1.5}, [row(1, 0, 0)], error="invalid_config"),
+    ]
+
+
 def main():
     files = {"worked.jsonl": worked(), "seeded.jsonl": seeded(), "parity.jsonl": parity(),
-             "behaviours.jsonl": behaviours()}
+             "behaviours.jsonl": behaviours(), "catalog.jsonl": catalog()}
     check = "--check" in sys.argv[1:]
     stale = []
     for name, scenarios in files.items():

@@ -4,11 +4,33 @@
 use std::fmt::Write as _;
 use std::path::Path;
 
+use libroute_core::catalog::CatalogPolicy;
+use libroute_core::catalog_config::PolicyConfig;
 use libroute_core::{
     BlockRange, Cache, DefaultPolicyConfig, Load, PreferredTaint, Request, Role, Row, SelectError,
     Selector, SharedHits, Taint, TaintSet, WorkerKey,
 };
 use serde::Deserialize;
+
+/// A policy of either configuration format.
+enum AnyPolicy {
+    Default(libroute_core::DefaultPolicy),
+    Catalog(Box<CatalogPolicy>),
+}
+
+impl AnyPolicy {
+    fn select<const N: usize>(
+        &self,
+        selector: &mut Selector<N>,
+        request: &Request<'_>,
+        rows: &[Row],
+    ) -> Result<libroute_core::Selection, SelectError> {
+        match self {
+            AnyPolicy::Default(p) => p.select(selector, request, rows),
+            AnyPolicy::Catalog(p) => p.select(selector, request, rows),
+        }
+    }
+}
 
 /// Capacity of the runner's selector: larger than any corpus scenario.
 const CAPACITY: usize = 4096;
@@ -200,18 +222,30 @@ fn run_one(line: &str, report: &mut String) -> Result<String, String> {
             );
         };
 
-    let config: Result<DefaultPolicyConfig, String> =
-        serde_json::from_value(s.policy.clone()).map_err(|e| e.to_string());
-    let knobs = config.and_then(|c| c.knobs().map_err(|e| e.to_string()));
-    let knobs = match (knobs, s.expect.error.as_deref()) {
-        (Ok(k), _) => k,
+    // A catalog policy (an object with "type") or the default policy's knobs.
+    let catalog = s.policy.get("type").is_some();
+    let built = if catalog {
+        serde_json::from_value::<PolicyConfig>(s.policy.clone())
+            .map_err(|e| e.to_string())
+            .and_then(|c| c.build().map_err(|e| e.to_string()))
+            .map(|p| (AnyPolicy::Catalog(Box::new(p)), None))
+    } else {
+        serde_json::from_value::<DefaultPolicyConfig>(s.policy.clone())
+            .map_err(|e| e.to_string())
+            .and_then(|c| c.knobs().map_err(|e| e.to_string()))
+            .and_then(|k| {
+                let p = k.build().map_err(|e| e.to_string())?;
+                Ok((AnyPolicy::Default(p), Some(k)))
+            })
+    };
+    let (policy, knobs) = match (built, s.expect.error.as_deref()) {
+        (Ok(built), _) => built,
         (Err(_), Some("invalid_config")) => return Ok(s.name),
         (Err(e), expected) => {
             mismatch("error", &expected, &format!("invalid_config: {e}"));
             return Ok(s.name);
         }
     };
-    let policy = knobs.build().map_err(|e| e.to_string())?;
 
     let prefs: Vec<PreferredTaint> = s
         .request
@@ -316,13 +350,17 @@ fn run_one(line: &str, report: &mut String) -> Result<String, String> {
             mismatch("argmin", expected, &argmin);
         }
     }
-    if knobs.temperature == 0.0
+    if knobs.is_some_and(|k| k.temperature == 0.0)
         && !argmin.contains(&(selection.worker.worker_id, selection.worker.dp_rank))
     {
         mismatch("pick", &argmin, &selection.worker);
     }
     if let Some(picks) = &s.expect.picks {
-        let mut seeded = knobs;
+        let Some(mut seeded) = knobs else {
+            return Err(format!(
+                "{name}: picks apply to the default policy's knobs, not to a catalog policy"
+            ));
+        };
         seeded.seed = Some(picks.seed);
         seeded.temperature = picks.temperature;
         let policy = seeded.build().map_err(|e| e.to_string())?;

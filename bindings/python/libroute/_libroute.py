@@ -532,7 +532,7 @@ def _uniffi_check_api_checksums(lib):
         raise InternalError("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     if lib.uniffi_route_uniffi_checksum_method_policy_release() != 53153:
         raise InternalError("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
-    if lib.uniffi_route_uniffi_checksum_constructor_policy_new() != 38615:
+    if lib.uniffi_route_uniffi_checksum_constructor_policy_new() != 1801:
         raise InternalError("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     if lib.uniffi_route_uniffi_checksum_method_router_add_worker() != 27484:
         raise InternalError("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
@@ -3436,7 +3436,8 @@ class Policy(PolicyProtocol):
     _handle: ctypes.c_uint64
     def __init__(self, json: str):
         """
-        The default policy configured by a JSON object of its knobs (`"{}"` for all defaults).
+        A policy from JSON: the default policy's knobs (`"{}"` for all defaults), or a catalog
+        policy by type (`{"type": "least_loaded", ...}`).
 
         # Errors
 

@@ -633,7 +633,6 @@ fn closed(what: &str) -> RouteError {
 #[derive(uniffi::Object)]
 pub struct Policy {
     handle: RwLock<Option<PolicyHandle>>,
-    scorers: usize,
 }
 
 impl std::fmt::Debug for Policy {
@@ -658,7 +657,8 @@ impl Policy {
 
 #[uniffi::export]
 impl Policy {
-    /// The default policy configured by a JSON object of its knobs (`"{}"` for all defaults).
+    /// A policy from JSON: the default policy's knobs (`"{}"` for all defaults), or a catalog
+    /// policy by type (`{"type": "least_loaded", ...}`).
     ///
     /// # Errors
     ///
@@ -675,8 +675,6 @@ impl Policy {
         })?;
         Ok(Arc::new(Policy {
             handle: RwLock::new(Some(PolicyHandle(raw))),
-            // The default cost is one scorer; this facade builds no callback scorers.
-            scorers: 1,
         }))
     }
 
@@ -757,7 +755,7 @@ impl Selector {
     ) -> Result<Selection, RouteError> {
         let converted = CRequest::new(request);
         let c_request = converted.c();
-        let mut contributions = vec![0.0; policy.scorers];
+        let mut contributions = vec![0.0; route::LIBROUTE_MAX_SCORERS];
         let out = policy.with(|policy_raw| {
             self.with(|state| {
                 state.rows.clear();

@@ -666,7 +666,8 @@ open class Policy: PolicyProtocol, @unchecked Sendable {
         return try! rustCall { uniffi_route_uniffi_fn_clone_policy(self.handle, $0) }
     }
     /**
-     * The default policy configured by a JSON object of its knobs (`"{}"` for all defaults).
+     * A policy from JSON: the default policy's knobs (`"{}"` for all defaults), or a catalog
+     * policy by type (`{"type": "least_loaded", ...}`).
      *
      * # Errors
      *
@@ -4167,7 +4168,7 @@ private let initializationResult: InitializationResult = {
     if (uniffi_route_uniffi_checksum_method_selector_select_packed() != 27831) {
         return InitializationResult.apiChecksumMismatch
     }
-    if (uniffi_route_uniffi_checksum_constructor_policy_new() != 38615) {
+    if (uniffi_route_uniffi_checksum_constructor_policy_new() != 1801) {
         return InitializationResult.apiChecksumMismatch
     }
     if (uniffi_route_uniffi_checksum_constructor_router_new() != 42963) {

@@ -971,7 +971,7 @@ private fun uniffiCheckApiChecksums(lib: IntegrityCheckingUniffiLib) {
     if ((lib.uniffi_route_uniffi_checksum_method_selector_select_packed() and 0xFFFF) != 27831) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
-    if ((lib.uniffi_route_uniffi_checksum_constructor_policy_new() and 0xFFFF) != 38615) {
+    if ((lib.uniffi_route_uniffi_checksum_constructor_policy_new() and 0xFFFF) != 1801) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
     if ((lib.uniffi_route_uniffi_checksum_constructor_router_new() and 0xFFFF) != 42963) {
@@ -1453,7 +1453,8 @@ open class Policy: Disposable, AutoCloseable, PolicyInterface
         this.cleanable = null
     }
     /**
-     * The default policy configured by a JSON object of its knobs (`"{}"` for all defaults).
+     * A policy from JSON: the default policy's knobs (`"{}"` for all defaults), or a catalog
+     * policy by type (`{"type": "least_loaded", ...}`).
      *
      * # Errors
      *
