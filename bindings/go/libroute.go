@@ -140,10 +140,13 @@ func init() {
 // It may be used by many goroutines at once.
 type Policy struct {
 	ptr *C.libroute_policy
+	// lent: owned by a PolicySet, which frees it; Close only forgets it.
+	lent bool
 }
 
 // NewPolicy builds a policy from JSON configuration: the default policy's knobs
-// (overlap_score_credit, temperature, seed, ...). An empty string means all defaults.
+// (overlap_score_credit, temperature, seed, ...), or a catalog policy by type
+// ({"type": "least_loaded", ...}). An empty string means the default policy's defaults.
 func NewPolicy(config string) (*Policy, error) {
 	var ptr *C.libroute_policy
 	text := C.CString(config)
@@ -161,7 +164,9 @@ func NewPolicy(config string) (*Policy, error) {
 // Close frees the policy. It is idempotent; using the policy afterwards returns ErrClosed.
 func (p *Policy) Close() {
 	if p.ptr != nil {
-		C.libroute_policy_free(p.ptr)
+		if !p.lent {
+			C.libroute_policy_free(p.ptr)
+		}
 		p.ptr = nil
 		runtime.SetFinalizer(p, nil)
 	}

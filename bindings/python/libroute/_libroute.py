@@ -534,6 +534,12 @@ def _uniffi_check_api_checksums(lib):
         raise InternalError("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     if lib.uniffi_route_uniffi_checksum_constructor_policy_new() != 1801:
         raise InternalError("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
+    if lib.uniffi_route_uniffi_checksum_method_policyset_instance_name() != 3113:
+        raise InternalError("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
+    if lib.uniffi_route_uniffi_checksum_method_policyset_policy() != 10295:
+        raise InternalError("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
+    if lib.uniffi_route_uniffi_checksum_constructor_policyset_new() != 39986:
+        raise InternalError("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     if lib.uniffi_route_uniffi_checksum_method_router_add_worker() != 27484:
         raise InternalError("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     if lib.uniffi_route_uniffi_checksum_method_router_apply_kv_events() != 56719:
@@ -563,6 +569,8 @@ def _uniffi_check_api_checksums(lib):
     if lib.uniffi_route_uniffi_checksum_method_selector_reset_seeded() != 10788:
         raise InternalError("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     if lib.uniffi_route_uniffi_checksum_method_selector_select() != 61334:
+        raise InternalError("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
+    if lib.uniffi_route_uniffi_checksum_method_selector_select_explained() != 25869:
         raise InternalError("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     if lib.uniffi_route_uniffi_checksum_method_selector_select_packed() != 27831:
         raise InternalError("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
@@ -612,6 +620,15 @@ _UniffiLib.uniffi_route_uniffi_checksum_method_policy_release.restype = ctypes.c
 _UniffiLib.uniffi_route_uniffi_checksum_constructor_policy_new.argtypes = (
 )
 _UniffiLib.uniffi_route_uniffi_checksum_constructor_policy_new.restype = ctypes.c_uint16
+_UniffiLib.uniffi_route_uniffi_checksum_method_policyset_instance_name.argtypes = (
+)
+_UniffiLib.uniffi_route_uniffi_checksum_method_policyset_instance_name.restype = ctypes.c_uint16
+_UniffiLib.uniffi_route_uniffi_checksum_method_policyset_policy.argtypes = (
+)
+_UniffiLib.uniffi_route_uniffi_checksum_method_policyset_policy.restype = ctypes.c_uint16
+_UniffiLib.uniffi_route_uniffi_checksum_constructor_policyset_new.argtypes = (
+)
+_UniffiLib.uniffi_route_uniffi_checksum_constructor_policyset_new.restype = ctypes.c_uint16
 _UniffiLib.uniffi_route_uniffi_checksum_method_router_add_worker.argtypes = (
 )
 _UniffiLib.uniffi_route_uniffi_checksum_method_router_add_worker.restype = ctypes.c_uint16
@@ -657,6 +674,9 @@ _UniffiLib.uniffi_route_uniffi_checksum_method_selector_reset_seeded.restype = c
 _UniffiLib.uniffi_route_uniffi_checksum_method_selector_select.argtypes = (
 )
 _UniffiLib.uniffi_route_uniffi_checksum_method_selector_select.restype = ctypes.c_uint16
+_UniffiLib.uniffi_route_uniffi_checksum_method_selector_select_explained.argtypes = (
+)
+_UniffiLib.uniffi_route_uniffi_checksum_method_selector_select_explained.restype = ctypes.c_uint16
 _UniffiLib.uniffi_route_uniffi_checksum_method_selector_select_packed.argtypes = (
 )
 _UniffiLib.uniffi_route_uniffi_checksum_method_selector_select_packed.restype = ctypes.c_uint16
@@ -688,6 +708,23 @@ _UniffiLib.uniffi_route_uniffi_fn_constructor_policy_new.argtypes = (
     ctypes.POINTER(_UniffiRustCallStatus),
 )
 _UniffiLib.uniffi_route_uniffi_fn_constructor_policy_new.restype = ctypes.c_uint64
+_UniffiLib.uniffi_route_uniffi_fn_method_policyset_instance_name.argtypes = (
+    ctypes.c_uint64,
+    _UniffiRustBuffer,
+    ctypes.POINTER(_UniffiRustCallStatus),
+)
+_UniffiLib.uniffi_route_uniffi_fn_method_policyset_instance_name.restype = _UniffiRustBuffer
+_UniffiLib.uniffi_route_uniffi_fn_method_policyset_policy.argtypes = (
+    ctypes.c_uint64,
+    _UniffiRustBuffer,
+    ctypes.POINTER(_UniffiRustCallStatus),
+)
+_UniffiLib.uniffi_route_uniffi_fn_method_policyset_policy.restype = ctypes.c_uint64
+_UniffiLib.uniffi_route_uniffi_fn_constructor_policyset_new.argtypes = (
+    _UniffiRustBuffer,
+    ctypes.POINTER(_UniffiRustCallStatus),
+)
+_UniffiLib.uniffi_route_uniffi_fn_constructor_policyset_new.restype = ctypes.c_uint64
 _UniffiLib.uniffi_route_uniffi_fn_method_router_add_worker.argtypes = (
     ctypes.c_uint64,
     _UniffiRustBuffer,
@@ -783,6 +820,14 @@ _UniffiLib.uniffi_route_uniffi_fn_method_selector_select.argtypes = (
     ctypes.POINTER(_UniffiRustCallStatus),
 )
 _UniffiLib.uniffi_route_uniffi_fn_method_selector_select.restype = _UniffiRustBuffer
+_UniffiLib.uniffi_route_uniffi_fn_method_selector_select_explained.argtypes = (
+    ctypes.c_uint64,
+    ctypes.c_uint64,
+    _UniffiRustBuffer,
+    _UniffiRustBuffer,
+    ctypes.POINTER(_UniffiRustCallStatus),
+)
+_UniffiLib.uniffi_route_uniffi_fn_method_selector_select_explained.restype = _UniffiRustBuffer
 _UniffiLib.uniffi_route_uniffi_fn_method_selector_select_packed.argtypes = (
     ctypes.c_uint64,
     ctypes.c_uint64,
@@ -807,6 +852,16 @@ _UniffiLib.uniffi_route_uniffi_fn_free_policy.argtypes = (
     ctypes.POINTER(_UniffiRustCallStatus),
 )
 _UniffiLib.uniffi_route_uniffi_fn_free_policy.restype = None
+_UniffiLib.uniffi_route_uniffi_fn_clone_policyset.argtypes = (
+    ctypes.c_uint64,
+    ctypes.POINTER(_UniffiRustCallStatus),
+)
+_UniffiLib.uniffi_route_uniffi_fn_clone_policyset.restype = ctypes.c_uint64
+_UniffiLib.uniffi_route_uniffi_fn_free_policyset.argtypes = (
+    ctypes.c_uint64,
+    ctypes.POINTER(_UniffiRustCallStatus),
+)
+_UniffiLib.uniffi_route_uniffi_fn_free_policyset.restype = None
 _UniffiLib.uniffi_route_uniffi_fn_clone_router.argtypes = (
     ctypes.c_uint64,
     ctypes.POINTER(_UniffiRustCallStatus),
@@ -936,72 +991,6 @@ class _UniffiFfiConverterTypeCandidate(_UniffiConverterRustBuffer):
         _UniffiFfiConverterUInt64.write(value.row, buf)
         _UniffiFfiConverterFloat64.write(value.cost, buf)
 
-class _UniffiFfiConverterBoolean:
-    @classmethod
-    def check_lower(cls, value):
-        return not not value
-
-    @classmethod
-    def lower(cls, value):
-        return 1 if value else 0
-
-    @staticmethod
-    def lift(value):
-        return value != 0
-
-    @classmethod
-    def read(cls, buf):
-        return cls.lift(buf.read_u8())
-
-    @classmethod
-    def write(cls, value, buf):
-        buf.write_u8(value)
-
-@dataclass
-class Inputs:
-    """
-    The input groups a policy reads for one kind of request.
-"""
-    def __init__(self, *, cache:bool, load:bool, preferred_taint:bool):
-        self.cache = cache
-        self.load = load
-        self.preferred_taint = preferred_taint
-        
-        
-
-    
-    def __str__(self):
-        return "Inputs(cache={}, load={}, preferred_taint={})".format(self.cache, self.load, self.preferred_taint)
-    def __eq__(self, other):
-        if self.cache != other.cache:
-            return False
-        if self.load != other.load:
-            return False
-        if self.preferred_taint != other.preferred_taint:
-            return False
-        return True
-
-class _UniffiFfiConverterTypeInputs(_UniffiConverterRustBuffer):
-    @staticmethod
-    def read(buf):
-        return Inputs(
-            cache=_UniffiFfiConverterBoolean.read(buf),
-            load=_UniffiFfiConverterBoolean.read(buf),
-            preferred_taint=_UniffiFfiConverterBoolean.read(buf),
-        )
-
-    @staticmethod
-    def check_lower(value):
-        _UniffiFfiConverterBoolean.check_lower(value.cache)
-        _UniffiFfiConverterBoolean.check_lower(value.load)
-        _UniffiFfiConverterBoolean.check_lower(value.preferred_taint)
-
-    @staticmethod
-    def write(value, buf):
-        _UniffiFfiConverterBoolean.write(value.cache, buf)
-        _UniffiFfiConverterBoolean.write(value.load, buf)
-        _UniffiFfiConverterBoolean.write(value.preferred_taint, buf)
-
 class _UniffiFfiConverterUInt32(_UniffiConverterPrimitiveInt):
     CLASS_NAME = "u32"
     VALUE_MIN = 0
@@ -1014,187 +1003,6 @@ class _UniffiFfiConverterUInt32(_UniffiConverterPrimitiveInt):
     @staticmethod
     def write(value, buf):
         buf.write_u32(value)
-
-@dataclass
-class PreferredTaint:
-    """
-    A preferred taint: matching workers' costs are multiplied by `exp(-tanh(sum of weights))`.
-"""
-    def __init__(self, *, taint:int, weight:float):
-        self.taint = taint
-        self.weight = weight
-        
-        
-
-    
-    def __str__(self):
-        return "PreferredTaint(taint={}, weight={})".format(self.taint, self.weight)
-    def __eq__(self, other):
-        if self.taint != other.taint:
-            return False
-        if self.weight != other.weight:
-            return False
-        return True
-
-class _UniffiFfiConverterTypePreferredTaint(_UniffiConverterRustBuffer):
-    @staticmethod
-    def read(buf):
-        return PreferredTaint(
-            taint=_UniffiFfiConverterUInt32.read(buf),
-            weight=_UniffiFfiConverterFloat64.read(buf),
-        )
-
-    @staticmethod
-    def check_lower(value):
-        _UniffiFfiConverterUInt32.check_lower(value.taint)
-        _UniffiFfiConverterFloat64.check_lower(value.weight)
-
-    @staticmethod
-    def write(value, buf):
-        _UniffiFfiConverterUInt32.write(value.taint, buf)
-        _UniffiFfiConverterFloat64.write(value.weight, buf)
-
-
-
-
-
-
-class Role(enum.Enum):
-    """
-    The role of the pool a selection is for.
-"""
-    
-    PREFILL = 0
-    """
-    Prefill workers of disaggregated serving.
-"""
-    
-    DECODE = 1
-    """
-    Decode workers of disaggregated serving.
-"""
-    
-    AGGREGATED = 2
-    """
-    Workers that prefill and decode.
-"""
-    
-    ENCODE = 3
-    """
-    Encoder workers.
-"""
-    
-
-
-class _UniffiFfiConverterTypeRole(_UniffiConverterRustBuffer):
-    @staticmethod
-    def read(buf):
-        variant = buf.read_i32()
-        if variant == 1:
-            return Role.PREFILL
-        if variant == 2:
-            return Role.DECODE
-        if variant == 3:
-            return Role.AGGREGATED
-        if variant == 4:
-            return Role.ENCODE
-        raise InternalError("Raw enum value doesn't match any cases")
-
-    @staticmethod
-    def check_lower(value):
-        if value == Role.PREFILL:
-            return
-        if value == Role.DECODE:
-            return
-        if value == Role.AGGREGATED:
-            return
-        if value == Role.ENCODE:
-            return
-        raise ValueError(value)
-
-    @staticmethod
-    def write(value, buf):
-        if value == Role.PREFILL:
-            buf.write_i32(1)
-        if value == Role.DECODE:
-            buf.write_i32(2)
-        if value == Role.AGGREGATED:
-            buf.write_i32(3)
-        if value == Role.ENCODE:
-            buf.write_i32(4)
-
-
-
-class _UniffiFfiConverterSequenceTypePreferredTaint(_UniffiConverterRustBuffer):
-    @classmethod
-    def check_lower(cls, value):
-        for item in value:
-            _UniffiFfiConverterTypePreferredTaint.check_lower(item)
-
-    @classmethod
-    def write(cls, value, buf):
-        items = len(value)
-        buf.write_i32(items)
-        for item in value:
-            _UniffiFfiConverterTypePreferredTaint.write(item, buf)
-
-    @classmethod
-    def read(cls, buf):
-        count = buf.read_i32()
-        if count < 0:
-            raise InternalError("Unexpected negative sequence length")
-
-        return [
-            _UniffiFfiConverterTypePreferredTaint.read(buf) for i in range(count)
-        ]
-
-class _UniffiFfiConverterSequenceTypeBlockRange(_UniffiConverterRustBuffer):
-    @classmethod
-    def check_lower(cls, value):
-        for item in value:
-            _UniffiFfiConverterTypeBlockRange.check_lower(item)
-
-    @classmethod
-    def write(cls, value, buf):
-        items = len(value)
-        buf.write_i32(items)
-        for item in value:
-            _UniffiFfiConverterTypeBlockRange.write(item, buf)
-
-    @classmethod
-    def read(cls, buf):
-        count = buf.read_i32()
-        if count < 0:
-            raise InternalError("Unexpected negative sequence length")
-
-        return [
-            _UniffiFfiConverterTypeBlockRange.read(buf) for i in range(count)
-        ]
-
-class _UniffiFfiConverterOptionalSequenceTypeBlockRange(_UniffiConverterRustBuffer):
-    @classmethod
-    def check_lower(cls, value):
-        if value is not None:
-            _UniffiFfiConverterSequenceTypeBlockRange.check_lower(value)
-
-    @classmethod
-    def write(cls, value, buf):
-        if value is None:
-            buf.write_u8(0)
-            return
-
-        buf.write_u8(1)
-        _UniffiFfiConverterSequenceTypeBlockRange.write(value, buf)
-
-    @classmethod
-    def read(cls, buf):
-        flag = buf.read_u8()
-        if flag == 0:
-            return None
-        elif flag == 1:
-            return _UniffiFfiConverterSequenceTypeBlockRange.read(buf)
-        else:
-            raise InternalError("Unexpected flag byte for optional type")
 
 @dataclass
 class Worker:
@@ -1234,127 +1042,6 @@ class _UniffiFfiConverterTypeWorker(_UniffiConverterRustBuffer):
     def write(value, buf):
         _UniffiFfiConverterUInt64.write(value.worker_id, buf)
         _UniffiFfiConverterUInt32.write(value.dp_rank, buf)
-
-class _UniffiFfiConverterOptionalTypeWorker(_UniffiConverterRustBuffer):
-    @classmethod
-    def check_lower(cls, value):
-        if value is not None:
-            _UniffiFfiConverterTypeWorker.check_lower(value)
-
-    @classmethod
-    def write(cls, value, buf):
-        if value is None:
-            buf.write_u8(0)
-            return
-
-        buf.write_u8(1)
-        _UniffiFfiConverterTypeWorker.write(value, buf)
-
-    @classmethod
-    def read(cls, buf):
-        flag = buf.read_u8()
-        if flag == 0:
-            return None
-        elif flag == 1:
-            return _UniffiFfiConverterTypeWorker.read(buf)
-        else:
-            raise InternalError("Unexpected flag byte for optional type")
-
-@dataclass
-class Request:
-    """
-    One request to route.
-"""
-    def __init__(self, *, prompt_tokens:int, block_size:int, role:Role, track_prefill_tokens:bool = True, conditional_disagg:bool = False, has_tier_matches:bool = False, required_taints:int = 0, preferred_taints:typing.List[PreferredTaint] = _DEFAULT, shared_hits:typing.Optional[typing.List[BlockRange]] = _DEFAULT, pin:typing.Optional[Worker] = _DEFAULT):
-        self.prompt_tokens = prompt_tokens
-        self.block_size = block_size
-        self.role = role
-        self.track_prefill_tokens = track_prefill_tokens
-        self.conditional_disagg = conditional_disagg
-        self.has_tier_matches = has_tier_matches
-        self.required_taints = required_taints
-        if preferred_taints is _DEFAULT:
-            self.preferred_taints = []
-        else:
-            self.preferred_taints = preferred_taints
-        if shared_hits is _DEFAULT:
-            self.shared_hits = None
-        else:
-            self.shared_hits = shared_hits
-        if pin is _DEFAULT:
-            self.pin = None
-        else:
-            self.pin = pin
-        
-        
-
-    
-    def __str__(self):
-        return "Request(prompt_tokens={}, block_size={}, role={}, track_prefill_tokens={}, conditional_disagg={}, has_tier_matches={}, required_taints={}, preferred_taints={}, shared_hits={}, pin={})".format(self.prompt_tokens, self.block_size, self.role, self.track_prefill_tokens, self.conditional_disagg, self.has_tier_matches, self.required_taints, self.preferred_taints, self.shared_hits, self.pin)
-    def __eq__(self, other):
-        if self.prompt_tokens != other.prompt_tokens:
-            return False
-        if self.block_size != other.block_size:
-            return False
-        if self.role != other.role:
-            return False
-        if self.track_prefill_tokens != other.track_prefill_tokens:
-            return False
-        if self.conditional_disagg != other.conditional_disagg:
-            return False
-        if self.has_tier_matches != other.has_tier_matches:
-            return False
-        if self.required_taints != other.required_taints:
-            return False
-        if self.preferred_taints != other.preferred_taints:
-            return False
-        if self.shared_hits != other.shared_hits:
-            return False
-        if self.pin != other.pin:
-            return False
-        return True
-
-class _UniffiFfiConverterTypeRequest(_UniffiConverterRustBuffer):
-    @staticmethod
-    def read(buf):
-        return Request(
-            prompt_tokens=_UniffiFfiConverterUInt64.read(buf),
-            block_size=_UniffiFfiConverterUInt32.read(buf),
-            role=_UniffiFfiConverterTypeRole.read(buf),
-            track_prefill_tokens=_UniffiFfiConverterBoolean.read(buf),
-            conditional_disagg=_UniffiFfiConverterBoolean.read(buf),
-            has_tier_matches=_UniffiFfiConverterBoolean.read(buf),
-            required_taints=_UniffiFfiConverterUInt64.read(buf),
-            preferred_taints=_UniffiFfiConverterSequenceTypePreferredTaint.read(buf),
-            shared_hits=_UniffiFfiConverterOptionalSequenceTypeBlockRange.read(buf),
-            pin=_UniffiFfiConverterOptionalTypeWorker.read(buf),
-        )
-
-    @staticmethod
-    def check_lower(value):
-        _UniffiFfiConverterUInt64.check_lower(value.prompt_tokens)
-        _UniffiFfiConverterUInt32.check_lower(value.block_size)
-        _UniffiFfiConverterTypeRole.check_lower(value.role)
-        _UniffiFfiConverterBoolean.check_lower(value.track_prefill_tokens)
-        _UniffiFfiConverterBoolean.check_lower(value.conditional_disagg)
-        _UniffiFfiConverterBoolean.check_lower(value.has_tier_matches)
-        _UniffiFfiConverterUInt64.check_lower(value.required_taints)
-        _UniffiFfiConverterSequenceTypePreferredTaint.check_lower(value.preferred_taints)
-        _UniffiFfiConverterOptionalSequenceTypeBlockRange.check_lower(value.shared_hits)
-        _UniffiFfiConverterOptionalTypeWorker.check_lower(value.pin)
-
-    @staticmethod
-    def write(value, buf):
-        _UniffiFfiConverterUInt64.write(value.prompt_tokens, buf)
-        _UniffiFfiConverterUInt32.write(value.block_size, buf)
-        _UniffiFfiConverterTypeRole.write(value.role, buf)
-        _UniffiFfiConverterBoolean.write(value.track_prefill_tokens, buf)
-        _UniffiFfiConverterBoolean.write(value.conditional_disagg, buf)
-        _UniffiFfiConverterBoolean.write(value.has_tier_matches, buf)
-        _UniffiFfiConverterUInt64.write(value.required_taints, buf)
-        _UniffiFfiConverterSequenceTypePreferredTaint.write(value.preferred_taints, buf)
-        _UniffiFfiConverterOptionalSequenceTypeBlockRange.write(value.shared_hits, buf)
-        _UniffiFfiConverterOptionalTypeWorker.write(value.pin, buf)
 
 
 
@@ -1652,6 +1339,879 @@ class _UniffiFfiConverterTypeSelection(_UniffiConverterRustBuffer):
         _UniffiFfiConverterUInt64.write(value.request_blocks, buf)
         _UniffiFfiConverterUInt64.write(value.cached_tokens, buf)
         _UniffiFfiConverterSequenceFloat64.write(value.contributions, buf)
+
+
+
+
+
+
+class Disposition:
+    """
+    What became of one row in a selection.
+"""
+    def __init__(self):
+        raise RuntimeError("Disposition cannot be instantiated directly")
+
+    # Each enum variant is a nested class of the enum itself.
+    @dataclass
+    class CANDIDATE:
+        """
+        A candidate: every scorer scored it.
+"""
+        
+        def __init__(self, ):
+            pass
+
+    
+            
+            
+    
+        def __str__(self):
+            return "Disposition.CANDIDATE()".format()
+        def __eq__(self, other):
+            if not isinstance(other, Disposition):
+                return NotImplemented
+            if not other.is_CANDIDATE():
+                return False
+            return True
+
+    @dataclass
+    class NOT_PINNED:
+        """
+        The request was pinned to another worker.
+"""
+        
+        def __init__(self, ):
+            pass
+
+    
+            
+            
+    
+        def __str__(self):
+            return "Disposition.NOT_PINNED()".format()
+        def __eq__(self, other):
+            if not isinstance(other, Disposition):
+                return NotImplemented
+            if not other.is_NOT_PINNED():
+                return False
+            return True
+
+    @dataclass
+    class INVALID:
+        """
+        The row is invalid.
+"""
+        
+        def __init__(self, ):
+            pass
+
+    
+            
+            
+    
+        def __str__(self):
+            return "Disposition.INVALID()".format()
+        def __eq__(self, other):
+            if not isinstance(other, Disposition):
+                return NotImplemented
+            if not other.is_INVALID():
+                return False
+            return True
+
+    @dataclass
+    class INELIGIBLE:
+        """
+        The worker lacks a taint the request requires.
+"""
+        
+        def __init__(self, ):
+            pass
+
+    
+            
+            
+    
+        def __str__(self):
+            return "Disposition.INELIGIBLE()".format()
+        def __eq__(self, other):
+            if not isinstance(other, Disposition):
+                return NotImplemented
+            if not other.is_INELIGIBLE():
+                return False
+            return True
+
+    @dataclass
+    class OVERLOADED:
+        """
+        The host marked it overloaded.
+"""
+        
+        def __init__(self, ):
+            pass
+
+    
+            
+            
+    
+        def __str__(self):
+            return "Disposition.OVERLOADED()".format()
+        def __eq__(self, other):
+            if not isinstance(other, Disposition):
+                return NotImplemented
+            if not other.is_OVERLOADED():
+                return False
+            return True
+
+    @dataclass
+    class FILTERED:
+        """
+        A filter removed it.
+"""
+        
+        def __init__(self, filter:int):
+            self.filter = filter
+            
+            """
+        The filter's index in the policy.
+"""
+        
+            pass
+
+    
+            
+            
+    
+        def __str__(self):
+            return "Disposition.FILTERED(filter={})".format(self.filter)
+        def __eq__(self, other):
+            if not isinstance(other, Disposition):
+                return NotImplemented
+            if not other.is_FILTERED():
+                return False
+            if self.filter != other.filter:
+                return False
+            return True
+
+    @dataclass
+    class FILTER_OVERLOADED:
+        """
+        A filter removed it as overloaded.
+"""
+        
+        def __init__(self, filter:int):
+            self.filter = filter
+            
+            """
+        The filter's index in the policy.
+"""
+        
+            pass
+
+    
+            
+            
+    
+        def __str__(self):
+            return "Disposition.FILTER_OVERLOADED(filter={})".format(self.filter)
+        def __eq__(self, other):
+            if not isinstance(other, Disposition):
+                return NotImplemented
+            if not other.is_FILTER_OVERLOADED():
+                return False
+            if self.filter != other.filter:
+                return False
+            return True
+
+    @dataclass
+    class FILTER_FAILED:
+        """
+        A filter failed on it.
+"""
+        
+        def __init__(self, filter:int):
+            self.filter = filter
+            
+            """
+        The filter's index in the policy.
+"""
+        
+            pass
+
+    
+            
+            
+    
+        def __str__(self):
+            return "Disposition.FILTER_FAILED(filter={})".format(self.filter)
+        def __eq__(self, other):
+            if not isinstance(other, Disposition):
+                return NotImplemented
+            if not other.is_FILTER_FAILED():
+                return False
+            if self.filter != other.filter:
+                return False
+            return True
+
+    @dataclass
+    class NOT_EXAMINED:
+        """
+        Not examined (the selection stopped before it).
+"""
+        
+        def __init__(self, ):
+            pass
+
+    
+            
+            
+    
+        def __str__(self):
+            return "Disposition.NOT_EXAMINED()".format()
+        def __eq__(self, other):
+            if not isinstance(other, Disposition):
+                return NotImplemented
+            if not other.is_NOT_EXAMINED():
+                return False
+            return True
+
+    
+
+    # For each variant, we have `is_NAME` and `is_name` methods for easily checking
+    # whether an instance is that variant.
+    def is_CANDIDATE(self) -> bool:
+        return isinstance(self, Disposition.CANDIDATE)
+    def is_candidate(self) -> bool:
+        return isinstance(self, Disposition.CANDIDATE)
+    def is_NOT_PINNED(self) -> bool:
+        return isinstance(self, Disposition.NOT_PINNED)
+    def is_not_pinned(self) -> bool:
+        return isinstance(self, Disposition.NOT_PINNED)
+    def is_INVALID(self) -> bool:
+        return isinstance(self, Disposition.INVALID)
+    def is_invalid(self) -> bool:
+        return isinstance(self, Disposition.INVALID)
+    def is_INELIGIBLE(self) -> bool:
+        return isinstance(self, Disposition.INELIGIBLE)
+    def is_ineligible(self) -> bool:
+        return isinstance(self, Disposition.INELIGIBLE)
+    def is_OVERLOADED(self) -> bool:
+        return isinstance(self, Disposition.OVERLOADED)
+    def is_overloaded(self) -> bool:
+        return isinstance(self, Disposition.OVERLOADED)
+    def is_FILTERED(self) -> bool:
+        return isinstance(self, Disposition.FILTERED)
+    def is_filtered(self) -> bool:
+        return isinstance(self, Disposition.FILTERED)
+    def is_FILTER_OVERLOADED(self) -> bool:
+        return isinstance(self, Disposition.FILTER_OVERLOADED)
+    def is_filter_overloaded(self) -> bool:
+        return isinstance(self, Disposition.FILTER_OVERLOADED)
+    def is_FILTER_FAILED(self) -> bool:
+        return isinstance(self, Disposition.FILTER_FAILED)
+    def is_filter_failed(self) -> bool:
+        return isinstance(self, Disposition.FILTER_FAILED)
+    def is_NOT_EXAMINED(self) -> bool:
+        return isinstance(self, Disposition.NOT_EXAMINED)
+    def is_not_examined(self) -> bool:
+        return isinstance(self, Disposition.NOT_EXAMINED)
+    
+
+# Now, a little trick - we make each nested variant class be a subclass of the main
+# enum class, so that method calls and instance checks etc will work intuitively.
+# We might be able to do this a little more neatly with a metaclass, but this'll do.
+Disposition.CANDIDATE = type("Disposition.CANDIDATE", (Disposition.CANDIDATE, Disposition,), {})  # type: ignore
+Disposition.NOT_PINNED = type("Disposition.NOT_PINNED", (Disposition.NOT_PINNED, Disposition,), {})  # type: ignore
+Disposition.INVALID = type("Disposition.INVALID", (Disposition.INVALID, Disposition,), {})  # type: ignore
+Disposition.INELIGIBLE = type("Disposition.INELIGIBLE", (Disposition.INELIGIBLE, Disposition,), {})  # type: ignore
+Disposition.OVERLOADED = type("Disposition.OVERLOADED", (Disposition.OVERLOADED, Disposition,), {})  # type: ignore
+Disposition.FILTERED = type("Disposition.FILTERED", (Disposition.FILTERED, Disposition,), {})  # type: ignore
+Disposition.FILTER_OVERLOADED = type("Disposition.FILTER_OVERLOADED", (Disposition.FILTER_OVERLOADED, Disposition,), {})  # type: ignore
+Disposition.FILTER_FAILED = type("Disposition.FILTER_FAILED", (Disposition.FILTER_FAILED, Disposition,), {})  # type: ignore
+Disposition.NOT_EXAMINED = type("Disposition.NOT_EXAMINED", (Disposition.NOT_EXAMINED, Disposition,), {})  # type: ignore
+
+
+
+
+class _UniffiFfiConverterTypeDisposition(_UniffiConverterRustBuffer):
+    @staticmethod
+    def read(buf):
+        variant = buf.read_i32()
+        if variant == 1:
+            return Disposition.CANDIDATE(
+            )
+        if variant == 2:
+            return Disposition.NOT_PINNED(
+            )
+        if variant == 3:
+            return Disposition.INVALID(
+            )
+        if variant == 4:
+            return Disposition.INELIGIBLE(
+            )
+        if variant == 5:
+            return Disposition.OVERLOADED(
+            )
+        if variant == 6:
+            return Disposition.FILTERED(
+                _UniffiFfiConverterUInt32.read(buf),
+            )
+        if variant == 7:
+            return Disposition.FILTER_OVERLOADED(
+                _UniffiFfiConverterUInt32.read(buf),
+            )
+        if variant == 8:
+            return Disposition.FILTER_FAILED(
+                _UniffiFfiConverterUInt32.read(buf),
+            )
+        if variant == 9:
+            return Disposition.NOT_EXAMINED(
+            )
+        raise InternalError("Raw enum value doesn't match any cases")
+
+    @staticmethod
+    def check_lower(value):
+        if value.is_CANDIDATE():
+            return
+        if value.is_NOT_PINNED():
+            return
+        if value.is_INVALID():
+            return
+        if value.is_INELIGIBLE():
+            return
+        if value.is_OVERLOADED():
+            return
+        if value.is_FILTERED():
+            _UniffiFfiConverterUInt32.check_lower(value.filter)
+            return
+        if value.is_FILTER_OVERLOADED():
+            _UniffiFfiConverterUInt32.check_lower(value.filter)
+            return
+        if value.is_FILTER_FAILED():
+            _UniffiFfiConverterUInt32.check_lower(value.filter)
+            return
+        if value.is_NOT_EXAMINED():
+            return
+        raise ValueError(value)
+
+    @staticmethod
+    def write(value, buf):
+        if value.is_CANDIDATE():
+            buf.write_i32(1)
+        if value.is_NOT_PINNED():
+            buf.write_i32(2)
+        if value.is_INVALID():
+            buf.write_i32(3)
+        if value.is_INELIGIBLE():
+            buf.write_i32(4)
+        if value.is_OVERLOADED():
+            buf.write_i32(5)
+        if value.is_FILTERED():
+            buf.write_i32(6)
+            _UniffiFfiConverterUInt32.write(value.filter, buf)
+        if value.is_FILTER_OVERLOADED():
+            buf.write_i32(7)
+            _UniffiFfiConverterUInt32.write(value.filter, buf)
+        if value.is_FILTER_FAILED():
+            buf.write_i32(8)
+            _UniffiFfiConverterUInt32.write(value.filter, buf)
+        if value.is_NOT_EXAMINED():
+            buf.write_i32(9)
+
+
+
+class _UniffiFfiConverterBoolean:
+    @classmethod
+    def check_lower(cls, value):
+        return not not value
+
+    @classmethod
+    def lower(cls, value):
+        return 1 if value else 0
+
+    @staticmethod
+    def lift(value):
+        return value != 0
+
+    @classmethod
+    def read(cls, buf):
+        return cls.lift(buf.read_u8())
+
+    @classmethod
+    def write(cls, value, buf):
+        buf.write_u8(value)
+
+@dataclass
+class RowExplanation:
+    """
+    One row's part in a selection.
+"""
+    def __init__(self, *, row:int, worker:Worker, disposition:Disposition, contributions:typing.List[float], total:float, chosen:bool):
+        self.row = row
+        self.worker = worker
+        self.disposition = disposition
+        self.contributions = contributions
+        self.total = total
+        self.chosen = chosen
+        
+        
+
+    
+    def __str__(self):
+        return "RowExplanation(row={}, worker={}, disposition={}, contributions={}, total={}, chosen={})".format(self.row, self.worker, self.disposition, self.contributions, self.total, self.chosen)
+    def __eq__(self, other):
+        if self.row != other.row:
+            return False
+        if self.worker != other.worker:
+            return False
+        if self.disposition != other.disposition:
+            return False
+        if self.contributions != other.contributions:
+            return False
+        if self.total != other.total:
+            return False
+        if self.chosen != other.chosen:
+            return False
+        return True
+
+class _UniffiFfiConverterTypeRowExplanation(_UniffiConverterRustBuffer):
+    @staticmethod
+    def read(buf):
+        return RowExplanation(
+            row=_UniffiFfiConverterUInt64.read(buf),
+            worker=_UniffiFfiConverterTypeWorker.read(buf),
+            disposition=_UniffiFfiConverterTypeDisposition.read(buf),
+            contributions=_UniffiFfiConverterSequenceFloat64.read(buf),
+            total=_UniffiFfiConverterFloat64.read(buf),
+            chosen=_UniffiFfiConverterBoolean.read(buf),
+        )
+
+    @staticmethod
+    def check_lower(value):
+        _UniffiFfiConverterUInt64.check_lower(value.row)
+        _UniffiFfiConverterTypeWorker.check_lower(value.worker)
+        _UniffiFfiConverterTypeDisposition.check_lower(value.disposition)
+        _UniffiFfiConverterSequenceFloat64.check_lower(value.contributions)
+        _UniffiFfiConverterFloat64.check_lower(value.total)
+        _UniffiFfiConverterBoolean.check_lower(value.chosen)
+
+    @staticmethod
+    def write(value, buf):
+        _UniffiFfiConverterUInt64.write(value.row, buf)
+        _UniffiFfiConverterTypeWorker.write(value.worker, buf)
+        _UniffiFfiConverterTypeDisposition.write(value.disposition, buf)
+        _UniffiFfiConverterSequenceFloat64.write(value.contributions, buf)
+        _UniffiFfiConverterFloat64.write(value.total, buf)
+        _UniffiFfiConverterBoolean.write(value.chosen, buf)
+
+class _UniffiFfiConverterSequenceTypeRowExplanation(_UniffiConverterRustBuffer):
+    @classmethod
+    def check_lower(cls, value):
+        for item in value:
+            _UniffiFfiConverterTypeRowExplanation.check_lower(item)
+
+    @classmethod
+    def write(cls, value, buf):
+        items = len(value)
+        buf.write_i32(items)
+        for item in value:
+            _UniffiFfiConverterTypeRowExplanation.write(item, buf)
+
+    @classmethod
+    def read(cls, buf):
+        count = buf.read_i32()
+        if count < 0:
+            raise InternalError("Unexpected negative sequence length")
+
+        return [
+            _UniffiFfiConverterTypeRowExplanation.read(buf) for i in range(count)
+        ]
+
+@dataclass
+class Explained:
+    """
+    A selection and the explanation of every row.
+"""
+    def __init__(self, *, selection:Selection, rows:typing.List[RowExplanation]):
+        self.selection = selection
+        self.rows = rows
+        
+        
+
+    
+    def __str__(self):
+        return "Explained(selection={}, rows={})".format(self.selection, self.rows)
+    def __eq__(self, other):
+        if self.selection != other.selection:
+            return False
+        if self.rows != other.rows:
+            return False
+        return True
+
+class _UniffiFfiConverterTypeExplained(_UniffiConverterRustBuffer):
+    @staticmethod
+    def read(buf):
+        return Explained(
+            selection=_UniffiFfiConverterTypeSelection.read(buf),
+            rows=_UniffiFfiConverterSequenceTypeRowExplanation.read(buf),
+        )
+
+    @staticmethod
+    def check_lower(value):
+        _UniffiFfiConverterTypeSelection.check_lower(value.selection)
+        _UniffiFfiConverterSequenceTypeRowExplanation.check_lower(value.rows)
+
+    @staticmethod
+    def write(value, buf):
+        _UniffiFfiConverterTypeSelection.write(value.selection, buf)
+        _UniffiFfiConverterSequenceTypeRowExplanation.write(value.rows, buf)
+
+@dataclass
+class Inputs:
+    """
+    The input groups a policy reads for one kind of request.
+"""
+    def __init__(self, *, cache:bool, load:bool, preferred_taint:bool):
+        self.cache = cache
+        self.load = load
+        self.preferred_taint = preferred_taint
+        
+        
+
+    
+    def __str__(self):
+        return "Inputs(cache={}, load={}, preferred_taint={})".format(self.cache, self.load, self.preferred_taint)
+    def __eq__(self, other):
+        if self.cache != other.cache:
+            return False
+        if self.load != other.load:
+            return False
+        if self.preferred_taint != other.preferred_taint:
+            return False
+        return True
+
+class _UniffiFfiConverterTypeInputs(_UniffiConverterRustBuffer):
+    @staticmethod
+    def read(buf):
+        return Inputs(
+            cache=_UniffiFfiConverterBoolean.read(buf),
+            load=_UniffiFfiConverterBoolean.read(buf),
+            preferred_taint=_UniffiFfiConverterBoolean.read(buf),
+        )
+
+    @staticmethod
+    def check_lower(value):
+        _UniffiFfiConverterBoolean.check_lower(value.cache)
+        _UniffiFfiConverterBoolean.check_lower(value.load)
+        _UniffiFfiConverterBoolean.check_lower(value.preferred_taint)
+
+    @staticmethod
+    def write(value, buf):
+        _UniffiFfiConverterBoolean.write(value.cache, buf)
+        _UniffiFfiConverterBoolean.write(value.load, buf)
+        _UniffiFfiConverterBoolean.write(value.preferred_taint, buf)
+
+@dataclass
+class PreferredTaint:
+    """
+    A preferred taint: matching workers' costs are multiplied by `exp(-tanh(sum of weights))`.
+"""
+    def __init__(self, *, taint:int, weight:float):
+        self.taint = taint
+        self.weight = weight
+        
+        
+
+    
+    def __str__(self):
+        return "PreferredTaint(taint={}, weight={})".format(self.taint, self.weight)
+    def __eq__(self, other):
+        if self.taint != other.taint:
+            return False
+        if self.weight != other.weight:
+            return False
+        return True
+
+class _UniffiFfiConverterTypePreferredTaint(_UniffiConverterRustBuffer):
+    @staticmethod
+    def read(buf):
+        return PreferredTaint(
+            taint=_UniffiFfiConverterUInt32.read(buf),
+            weight=_UniffiFfiConverterFloat64.read(buf),
+        )
+
+    @staticmethod
+    def check_lower(value):
+        _UniffiFfiConverterUInt32.check_lower(value.taint)
+        _UniffiFfiConverterFloat64.check_lower(value.weight)
+
+    @staticmethod
+    def write(value, buf):
+        _UniffiFfiConverterUInt32.write(value.taint, buf)
+        _UniffiFfiConverterFloat64.write(value.weight, buf)
+
+
+
+
+
+
+class Role(enum.Enum):
+    """
+    The role of the pool a selection is for.
+"""
+    
+    PREFILL = 0
+    """
+    Prefill workers of disaggregated serving.
+"""
+    
+    DECODE = 1
+    """
+    Decode workers of disaggregated serving.
+"""
+    
+    AGGREGATED = 2
+    """
+    Workers that prefill and decode.
+"""
+    
+    ENCODE = 3
+    """
+    Encoder workers.
+"""
+    
+
+
+class _UniffiFfiConverterTypeRole(_UniffiConverterRustBuffer):
+    @staticmethod
+    def read(buf):
+        variant = buf.read_i32()
+        if variant == 1:
+            return Role.PREFILL
+        if variant == 2:
+            return Role.DECODE
+        if variant == 3:
+            return Role.AGGREGATED
+        if variant == 4:
+            return Role.ENCODE
+        raise InternalError("Raw enum value doesn't match any cases")
+
+    @staticmethod
+    def check_lower(value):
+        if value == Role.PREFILL:
+            return
+        if value == Role.DECODE:
+            return
+        if value == Role.AGGREGATED:
+            return
+        if value == Role.ENCODE:
+            return
+        raise ValueError(value)
+
+    @staticmethod
+    def write(value, buf):
+        if value == Role.PREFILL:
+            buf.write_i32(1)
+        if value == Role.DECODE:
+            buf.write_i32(2)
+        if value == Role.AGGREGATED:
+            buf.write_i32(3)
+        if value == Role.ENCODE:
+            buf.write_i32(4)
+
+
+
+class _UniffiFfiConverterSequenceTypePreferredTaint(_UniffiConverterRustBuffer):
+    @classmethod
+    def check_lower(cls, value):
+        for item in value:
+            _UniffiFfiConverterTypePreferredTaint.check_lower(item)
+
+    @classmethod
+    def write(cls, value, buf):
+        items = len(value)
+        buf.write_i32(items)
+        for item in value:
+            _UniffiFfiConverterTypePreferredTaint.write(item, buf)
+
+    @classmethod
+    def read(cls, buf):
+        count = buf.read_i32()
+        if count < 0:
+            raise InternalError("Unexpected negative sequence length")
+
+        return [
+            _UniffiFfiConverterTypePreferredTaint.read(buf) for i in range(count)
+        ]
+
+class _UniffiFfiConverterSequenceTypeBlockRange(_UniffiConverterRustBuffer):
+    @classmethod
+    def check_lower(cls, value):
+        for item in value:
+            _UniffiFfiConverterTypeBlockRange.check_lower(item)
+
+    @classmethod
+    def write(cls, value, buf):
+        items = len(value)
+        buf.write_i32(items)
+        for item in value:
+            _UniffiFfiConverterTypeBlockRange.write(item, buf)
+
+    @classmethod
+    def read(cls, buf):
+        count = buf.read_i32()
+        if count < 0:
+            raise InternalError("Unexpected negative sequence length")
+
+        return [
+            _UniffiFfiConverterTypeBlockRange.read(buf) for i in range(count)
+        ]
+
+class _UniffiFfiConverterOptionalSequenceTypeBlockRange(_UniffiConverterRustBuffer):
+    @classmethod
+    def check_lower(cls, value):
+        if value is not None:
+            _UniffiFfiConverterSequenceTypeBlockRange.check_lower(value)
+
+    @classmethod
+    def write(cls, value, buf):
+        if value is None:
+            buf.write_u8(0)
+            return
+
+        buf.write_u8(1)
+        _UniffiFfiConverterSequenceTypeBlockRange.write(value, buf)
+
+    @classmethod
+    def read(cls, buf):
+        flag = buf.read_u8()
+        if flag == 0:
+            return None
+        elif flag == 1:
+            return _UniffiFfiConverterSequenceTypeBlockRange.read(buf)
+        else:
+            raise InternalError("Unexpected flag byte for optional type")
+
+class _UniffiFfiConverterOptionalTypeWorker(_UniffiConverterRustBuffer):
+    @classmethod
+    def check_lower(cls, value):
+        if value is not None:
+            _UniffiFfiConverterTypeWorker.check_lower(value)
+
+    @classmethod
+    def write(cls, value, buf):
+        if value is None:
+            buf.write_u8(0)
+            return
+
+        buf.write_u8(1)
+        _UniffiFfiConverterTypeWorker.write(value, buf)
+
+    @classmethod
+    def read(cls, buf):
+        flag = buf.read_u8()
+        if flag == 0:
+            return None
+        elif flag == 1:
+            return _UniffiFfiConverterTypeWorker.read(buf)
+        else:
+            raise InternalError("Unexpected flag byte for optional type")
+
+@dataclass
+class Request:
+    """
+    One request to route.
+"""
+    def __init__(self, *, prompt_tokens:int, block_size:int, role:Role, track_prefill_tokens:bool = True, conditional_disagg:bool = False, has_tier_matches:bool = False, required_taints:int = 0, preferred_taints:typing.List[PreferredTaint] = _DEFAULT, shared_hits:typing.Optional[typing.List[BlockRange]] = _DEFAULT, pin:typing.Optional[Worker] = _DEFAULT):
+        self.prompt_tokens = prompt_tokens
+        self.block_size = block_size
+        self.role = role
+        self.track_prefill_tokens = track_prefill_tokens
+        self.conditional_disagg = conditional_disagg
+        self.has_tier_matches = has_tier_matches
+        self.required_taints = required_taints
+        if preferred_taints is _DEFAULT:
+            self.preferred_taints = []
+        else:
+            self.preferred_taints = preferred_taints
+        if shared_hits is _DEFAULT:
+            self.shared_hits = None
+        else:
+            self.shared_hits = shared_hits
+        if pin is _DEFAULT:
+            self.pin = None
+        else:
+            self.pin = pin
+        
+        
+
+    
+    def __str__(self):
+        return "Request(prompt_tokens={}, block_size={}, role={}, track_prefill_tokens={}, conditional_disagg={}, has_tier_matches={}, required_taints={}, preferred_taints={}, shared_hits={}, pin={})".format(self.prompt_tokens, self.block_size, self.role, self.track_prefill_tokens, self.conditional_disagg, self.has_tier_matches, self.required_taints, self.preferred_taints, self.shared_hits, self.pin)
+    def __eq__(self, other):
+        if self.prompt_tokens != other.prompt_tokens:
+            return False
+        if self.block_size != other.block_size:
+            return False
+        if self.role != other.role:
+            return False
+        if self.track_prefill_tokens != other.track_prefill_tokens:
+            return False
+        if self.conditional_disagg != other.conditional_disagg:
+            return False
+        if self.has_tier_matches != other.has_tier_matches:
+            return False
+        if self.required_taints != other.required_taints:
+            return False
+        if self.preferred_taints != other.preferred_taints:
+            return False
+        if self.shared_hits != other.shared_hits:
+            return False
+        if self.pin != other.pin:
+            return False
+        return True
+
+class _UniffiFfiConverterTypeRequest(_UniffiConverterRustBuffer):
+    @staticmethod
+    def read(buf):
+        return Request(
+            prompt_tokens=_UniffiFfiConverterUInt64.read(buf),
+            block_size=_UniffiFfiConverterUInt32.read(buf),
+            role=_UniffiFfiConverterTypeRole.read(buf),
+            track_prefill_tokens=_UniffiFfiConverterBoolean.read(buf),
+            conditional_disagg=_UniffiFfiConverterBoolean.read(buf),
+            has_tier_matches=_UniffiFfiConverterBoolean.read(buf),
+            required_taints=_UniffiFfiConverterUInt64.read(buf),
+            preferred_taints=_UniffiFfiConverterSequenceTypePreferredTaint.read(buf),
+            shared_hits=_UniffiFfiConverterOptionalSequenceTypeBlockRange.read(buf),
+            pin=_UniffiFfiConverterOptionalTypeWorker.read(buf),
+        )
+
+    @staticmethod
+    def check_lower(value):
+        _UniffiFfiConverterUInt64.check_lower(value.prompt_tokens)
+        _UniffiFfiConverterUInt32.check_lower(value.block_size)
+        _UniffiFfiConverterTypeRole.check_lower(value.role)
+        _UniffiFfiConverterBoolean.check_lower(value.track_prefill_tokens)
+        _UniffiFfiConverterBoolean.check_lower(value.conditional_disagg)
+        _UniffiFfiConverterBoolean.check_lower(value.has_tier_matches)
+        _UniffiFfiConverterUInt64.check_lower(value.required_taints)
+        _UniffiFfiConverterSequenceTypePreferredTaint.check_lower(value.preferred_taints)
+        _UniffiFfiConverterOptionalSequenceTypeBlockRange.check_lower(value.shared_hits)
+        _UniffiFfiConverterOptionalTypeWorker.check_lower(value.pin)
+
+    @staticmethod
+    def write(value, buf):
+        _UniffiFfiConverterUInt64.write(value.prompt_tokens, buf)
+        _UniffiFfiConverterUInt32.write(value.block_size, buf)
+        _UniffiFfiConverterTypeRole.write(value.role, buf)
+        _UniffiFfiConverterBoolean.write(value.track_prefill_tokens, buf)
+        _UniffiFfiConverterBoolean.write(value.conditional_disagg, buf)
+        _UniffiFfiConverterBoolean.write(value.has_tier_matches, buf)
+        _UniffiFfiConverterUInt64.write(value.required_taints, buf)
+        _UniffiFfiConverterSequenceTypePreferredTaint.write(value.preferred_taints, buf)
+        _UniffiFfiConverterOptionalSequenceTypeBlockRange.write(value.shared_hits, buf)
+        _UniffiFfiConverterOptionalTypeWorker.write(value.pin, buf)
 
 @dataclass
 class RowCache:
@@ -3546,6 +4106,153 @@ class _UniffiFfiConverterTypePolicy:
     def write(cls, value: Policy, buf: _UniffiRustBuffer):
         buf.write_u64(cls.lower(value))
 
+
+class PolicySetProtocol(typing.Protocol):
+    """
+    Named policy instances assigned to roles, from one JSON configuration (see the catalog's
+    documentation): `{"instances": [{"name": ..., "policy": {"type": ...}}], "roles": {...}}`.
+"""
+    
+    def instance_name(self, role: Role) -> str:
+        """
+        The name of the instance serving `role` (`"default"` when none was assigned).
+
+        # Errors
+
+        None in practice.
+"""
+        raise NotImplementedError
+    def policy(self, role: Role) -> Policy:
+        """
+        The policy serving `role` (it keeps the set's memory alive).
+
+        # Errors
+
+        None in practice.
+"""
+        raise NotImplementedError
+
+class PolicySet(PolicySetProtocol):
+    """
+    Named policy instances assigned to roles, from one JSON configuration (see the catalog's
+    documentation): `{"instances": [{"name": ..., "policy": {"type": ...}}], "roles": {...}}`.
+"""
+    
+    _handle: ctypes.c_uint64
+    def __init__(self, json: str):
+        """
+        Builds every instance and assigns them to roles; omitted roles use the default policy.
+
+        # Errors
+
+        `InvalidJson`, `UnknownKey` (naming the key or type), `InvalidKnob` (naming the instance
+        and the parameter, a duplicate name, or a role naming no instance).
+"""
+        
+        _UniffiFfiConverterString.check_lower(json)
+        _uniffi_lowered_args = (
+            _UniffiFfiConverterString.lower(json),
+        )
+        _uniffi_lift_return = _UniffiFfiConverterTypePolicySet.lift
+        _uniffi_error_converter = _UniffiFfiConverterTypeRouteError
+        _uniffi_ffi_result = _uniffi_rust_call_with_error(
+            _uniffi_error_converter,
+            _UniffiLib.uniffi_route_uniffi_fn_constructor_policyset_new,
+            *_uniffi_lowered_args,
+        )
+        self._handle = _uniffi_ffi_result
+
+    def __del__(self):
+        # In case of partial initialization of instances.
+        handle = getattr(self, "_handle", None)
+        if handle is not None:
+            _uniffi_rust_call(_UniffiLib.uniffi_route_uniffi_fn_free_policyset, handle)
+
+    def _uniffi_clone_handle(self):
+        return _uniffi_rust_call(_UniffiLib.uniffi_route_uniffi_fn_clone_policyset, self._handle)
+
+    # Used by alternative constructors or any methods which return this type.
+    @classmethod
+    def _uniffi_make_instance(cls, handle):
+        # Lightly yucky way to bypass the usual __init__ logic
+        # and just create a new instance with the required handle.
+        inst = cls.__new__(cls)
+        inst._handle = handle
+        return inst
+    def instance_name(self, role: Role) -> str:
+        """
+        The name of the instance serving `role` (`"default"` when none was assigned).
+
+        # Errors
+
+        None in practice.
+"""
+        
+        _UniffiFfiConverterTypeRole.check_lower(role)
+        _uniffi_lowered_args = (
+            self._uniffi_clone_handle(),
+            _UniffiFfiConverterTypeRole.lower(role),
+        )
+        _uniffi_lift_return = _UniffiFfiConverterString.lift
+        _uniffi_error_converter = _UniffiFfiConverterTypeRouteError
+        _uniffi_ffi_result = _uniffi_rust_call_with_error(
+            _uniffi_error_converter,
+            _UniffiLib.uniffi_route_uniffi_fn_method_policyset_instance_name,
+            *_uniffi_lowered_args,
+        )
+        return _uniffi_lift_return(_uniffi_ffi_result)
+    def policy(self, role: Role) -> Policy:
+        """
+        The policy serving `role` (it keeps the set's memory alive).
+
+        # Errors
+
+        None in practice.
+"""
+        
+        _UniffiFfiConverterTypeRole.check_lower(role)
+        _uniffi_lowered_args = (
+            self._uniffi_clone_handle(),
+            _UniffiFfiConverterTypeRole.lower(role),
+        )
+        _uniffi_lift_return = _UniffiFfiConverterTypePolicy.lift
+        _uniffi_error_converter = _UniffiFfiConverterTypeRouteError
+        _uniffi_ffi_result = _uniffi_rust_call_with_error(
+            _uniffi_error_converter,
+            _UniffiLib.uniffi_route_uniffi_fn_method_policyset_policy,
+            *_uniffi_lowered_args,
+        )
+        return _uniffi_lift_return(_uniffi_ffi_result)
+
+
+
+
+
+class _UniffiFfiConverterTypePolicySet:
+    @staticmethod
+    def lift(value: int) -> PolicySet:
+        return PolicySet._uniffi_make_instance(value)
+
+    @staticmethod
+    def check_lower(value: PolicySet):
+        if not isinstance(value, PolicySet):
+            raise TypeError("Expected PolicySet instance, {} found".format(type(value).__name__))
+
+    @staticmethod
+    def lower(value: PolicySet) -> ctypes.c_uint64:
+        return value._uniffi_clone_handle()
+
+    @classmethod
+    def read(cls, buf: _UniffiRustBuffer) -> PolicySet:
+        ptr = buf.read_u64()
+        if ptr == 0:
+            raise InternalError("Raw handle value was null")
+        return cls.lift(ptr)
+
+    @classmethod
+    def write(cls, value: PolicySet, buf: _UniffiRustBuffer):
+        buf.write_u64(cls.lower(value))
+
 class _UniffiFfiConverterSequenceTypeKvEvent(_UniffiConverterRustBuffer):
     @classmethod
     def check_lower(cls, value):
@@ -3672,6 +4379,16 @@ class SelectorProtocol(typing.Protocol):
         # Errors
 
         The selection's error, naming the row, worker or field at fault.
+"""
+        raise NotImplementedError
+    def select_explained(self, policy: Policy,request: Request,rows: typing.List[Row]) -> Explained:
+        """
+        [`Selector::select`] with an explanation of every row: whether it was a candidate or which
+        check removed it, and for candidates each scorer's contribution and the total.
+
+        # Errors
+
+        As [`Selector::select`] (a failed selection's explanations are not returned).
 """
         raise NotImplementedError
     def select_packed(self, policy: Policy,request: Request,rows: bytes) -> Selection:
@@ -3815,6 +4532,35 @@ class Selector(SelectorProtocol):
         _uniffi_ffi_result = _uniffi_rust_call_with_error(
             _uniffi_error_converter,
             _UniffiLib.uniffi_route_uniffi_fn_method_selector_select,
+            *_uniffi_lowered_args,
+        )
+        return _uniffi_lift_return(_uniffi_ffi_result)
+    def select_explained(self, policy: Policy,request: Request,rows: typing.List[Row]) -> Explained:
+        """
+        [`Selector::select`] with an explanation of every row: whether it was a candidate or which
+        check removed it, and for candidates each scorer's contribution and the total.
+
+        # Errors
+
+        As [`Selector::select`] (a failed selection's explanations are not returned).
+"""
+        
+        _UniffiFfiConverterTypePolicy.check_lower(policy)
+
+        _UniffiFfiConverterTypeRequest.check_lower(request)
+
+        _UniffiFfiConverterSequenceTypeRow.check_lower(rows)
+        _uniffi_lowered_args = (
+            self._uniffi_clone_handle(),
+            _UniffiFfiConverterTypePolicy.lower(policy),
+            _UniffiFfiConverterTypeRequest.lower(request),
+            _UniffiFfiConverterSequenceTypeRow.lower(rows),
+        )
+        _uniffi_lift_return = _UniffiFfiConverterTypeExplained.lift
+        _uniffi_error_converter = _UniffiFfiConverterTypeRouteError
+        _uniffi_ffi_result = _uniffi_rust_call_with_error(
+            _uniffi_error_converter,
+            _UniffiLib.uniffi_route_uniffi_fn_method_selector_select_explained,
             *_uniffi_lowered_args,
         )
         return _uniffi_lift_return(_uniffi_ffi_result)
@@ -4322,19 +5068,22 @@ def version() -> str:
 
 __all__ = [
     "InternalError",
-    "Role",
     "PickReason",
+    "Disposition",
+    "Role",
     "Tier",
     "KvEvent",
     "LedgerEvent",
     "RouteError",
     "BlockRange",
     "Candidate",
+    "Worker",
+    "Selection",
+    "RowExplanation",
+    "Explained",
     "Inputs",
     "PreferredTaint",
-    "Worker",
     "Request",
-    "Selection",
     "RowCache",
     "RowLoad",
     "Row",
@@ -4345,6 +5094,8 @@ __all__ = [
     "version",
     "Policy",
     "PolicyProtocol",
+    "PolicySet",
+    "PolicySetProtocol",
     "Selector",
     "SelectorProtocol",
     "Router",

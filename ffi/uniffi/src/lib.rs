@@ -608,7 +608,23 @@ impl CRequest {
 }
 
 /// A policy handle, freed when dropped.
-struct PolicyHandle(NonNull<libroute_policy>);
+enum PolicyHandle {
+    /// From `libroute_policy_new`, freed with the handle.
+    Owned(NonNull<libroute_policy>),
+    /// Lent by a policy set, which `_owner` keeps alive.
+    Lent {
+        policy: NonNull<libroute_policy>,
+        _owner: Arc<SetHandle>,
+    },
+}
+
+impl PolicyHandle {
+    fn ptr(&self) -> *const libroute_policy {
+        match self {
+            PolicyHandle::Owned(p) | PolicyHandle::Lent { policy: p, .. } => p.as_ptr(),
+        }
+    }
+}
 
 // SAFETY: a policy without callbacks (the only kind this facade builds) is immutable after
 // construction, and the C ABI documents concurrent use of one policy from any number of threads.
@@ -618,8 +634,26 @@ unsafe impl Sync for PolicyHandle {}
 
 impl Drop for PolicyHandle {
     fn drop(&mut self) {
-        // SAFETY: the pointer came from `libroute_policy_new` and is freed once, here.
-        unsafe { route::libroute_policy_free(self.0.as_ptr()) };
+        if let PolicyHandle::Owned(p) = self {
+            // SAFETY: the pointer came from `libroute_policy_new` and is freed once, here.
+            unsafe { route::libroute_policy_free(p.as_ptr()) };
+        }
+    }
+}
+
+/// A policy set's C handle, freed when the last policy lent from it and the set are gone.
+struct SetHandle(NonNull<route::libroute_policy_set>);
+
+// SAFETY: a set is immutable after construction; its policies are used as any policy is.
+unsafe impl Send for SetHandle {}
+// SAFETY: as for `Send`.
+unsafe impl Sync for SetHandle {}
+
+impl Drop for SetHandle {
+    fn drop(&mut self) {
+        // SAFETY: from `libroute_policy_set_new`, freed once, after every lent policy is gone
+        // (each holds an `Arc` of this handle).
+        unsafe { route::libroute_policy_set_free(self.0.as_ptr()) };
     }
 }
 
@@ -649,7 +683,7 @@ impl Policy {
     ) -> Result<R, RouteError> {
         let handle = self.handle.read().unwrap_or_else(PoisonError::into_inner);
         match handle.as_ref() {
-            Some(h) => f(h.0.as_ptr()),
+            Some(h) => f(h.ptr()),
             None => Err(closed("policy")),
         }
     }
@@ -674,7 +708,7 @@ impl Policy {
             detail: "libroute_policy_new returned no policy".to_owned(),
         })?;
         Ok(Arc::new(Policy {
-            handle: RwLock::new(Some(PolicyHandle(raw))),
+            handle: RwLock::new(Some(PolicyHandle::Owned(raw))),
         }))
     }
 
@@ -1355,6 +1389,231 @@ impl Router {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .take();
+    }
+}
+
+/// Named policy instances assigned to roles, from one JSON configuration (see the catalog's
+/// documentation): `{"instances": [{"name": ..., "policy": {"type": ...}}], "roles": {...}}`.
+#[derive(uniffi::Object)]
+pub struct PolicySet {
+    handle: Arc<SetHandle>,
+}
+
+impl std::fmt::Debug for PolicySet {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("PolicySet")
+    }
+}
+
+impl PolicySet {
+    /// The lent policy and instance name for `role`.
+    fn get(&self, role: Role) -> Result<(NonNull<libroute_policy>, String), RouteError> {
+        let mut policy = null();
+        let mut name = [0u8; 256];
+        // SAFETY: the set is live; `policy` and `name` are valid for their writes.
+        check(unsafe {
+            route::libroute_policy_set_get(
+                self.handle.0.as_ptr(),
+                role.code(),
+                &raw mut policy,
+                name.as_mut_ptr().cast(),
+                name.len(),
+            )
+        })?;
+        let policy = NonNull::new(policy.cast_mut()).ok_or_else(|| RouteError::Panic {
+            detail: "libroute_policy_set_get returned no policy".to_owned(),
+        })?;
+        let len = name.iter().position(|&b| b == 0).unwrap_or(name.len());
+        Ok((policy, String::from_utf8_lossy(&name[..len]).into_owned()))
+    }
+}
+
+#[uniffi::export]
+impl PolicySet {
+    /// Builds every instance and assigns them to roles; omitted roles use the default policy.
+    ///
+    /// # Errors
+    ///
+    /// `InvalidJson`, `UnknownKey` (naming the key or type), `InvalidKnob` (naming the instance
+    /// and the parameter, a duplicate name, or a role naming no instance).
+    #[uniffi::constructor]
+    pub fn new(json: String) -> Result<Arc<Self>, RouteError> {
+        let mut raw = null_mut();
+        // SAFETY: `json` is valid for its length; `raw` is a valid out-pointer.
+        check(unsafe {
+            route::libroute_policy_set_new(json.as_ptr().cast(), json.len(), &raw mut raw)
+        })?;
+        let raw = NonNull::new(raw).ok_or_else(|| RouteError::Panic {
+            detail: "libroute_policy_set_new returned no set".to_owned(),
+        })?;
+        Ok(Arc::new(PolicySet {
+            handle: Arc::new(SetHandle(raw)),
+        }))
+    }
+
+    /// The policy serving `role` (it keeps the set's memory alive).
+    ///
+    /// # Errors
+    ///
+    /// None in practice.
+    pub fn policy(&self, role: Role) -> Result<Arc<Policy>, RouteError> {
+        let (raw, _) = self.get(role)?;
+        Ok(Arc::new(Policy {
+            handle: RwLock::new(Some(PolicyHandle::Lent {
+                policy: raw,
+                _owner: Arc::clone(&self.handle),
+            })),
+        }))
+    }
+
+    /// The name of the instance serving `role` (`"default"` when none was assigned).
+    ///
+    /// # Errors
+    ///
+    /// None in practice.
+    pub fn instance_name(&self, role: Role) -> Result<String, RouteError> {
+        Ok(self.get(role)?.1)
+    }
+}
+
+/// What became of one row in a selection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, uniffi::Enum)]
+pub enum Disposition {
+    /// A candidate: every scorer scored it.
+    Candidate,
+    /// The request was pinned to another worker.
+    NotPinned,
+    /// The row is invalid.
+    Invalid,
+    /// The worker lacks a taint the request requires.
+    Ineligible,
+    /// The host marked it overloaded.
+    Overloaded,
+    /// A filter removed it.
+    Filtered {
+        /// The filter's index in the policy.
+        filter: u32,
+    },
+    /// A filter removed it as overloaded.
+    FilterOverloaded {
+        /// The filter's index in the policy.
+        filter: u32,
+    },
+    /// A filter failed on it.
+    FilterFailed {
+        /// The filter's index in the policy.
+        filter: u32,
+    },
+    /// Not examined (the selection stopped before it).
+    NotExamined,
+}
+
+/// One row's part in a selection.
+#[derive(Debug, Clone, PartialEq, uniffi::Record)]
+pub struct RowExplanation {
+    /// The row's index in the rows passed.
+    pub row: u64,
+    /// Its worker.
+    pub worker: Worker,
+    /// What became of it.
+    pub disposition: Disposition,
+    /// Each scorer's contribution (empty when the row was not scored).
+    pub contributions: Vec<f64>,
+    /// The summed cost; NaN when the row was not scored.
+    pub total: f64,
+    /// Whether it was chosen.
+    pub chosen: bool,
+}
+
+impl From<&route::libroute_explanation> for RowExplanation {
+    fn from(e: &route::libroute_explanation) -> Self {
+        use route::libroute_disposition as D;
+        let filter = e.filter;
+        let disposition = match e.disposition {
+            x if x == D::Candidate as u32 => Disposition::Candidate,
+            x if x == D::NotPinned as u32 => Disposition::NotPinned,
+            x if x == D::Invalid as u32 => Disposition::Invalid,
+            x if x == D::Ineligible as u32 => Disposition::Ineligible,
+            x if x == D::Overloaded as u32 => Disposition::Overloaded,
+            x if x == D::Filtered as u32 => Disposition::Filtered { filter },
+            x if x == D::FilterOverloaded as u32 => Disposition::FilterOverloaded { filter },
+            x if x == D::FilterFailed as u32 => Disposition::FilterFailed { filter },
+            _ => Disposition::NotExamined,
+        };
+        RowExplanation {
+            row: e.row as u64,
+            worker: e.worker.into(),
+            disposition,
+            contributions: e.contributions[..e.scorers.min(e.contributions.len())].to_vec(),
+            total: e.total,
+            chosen: e.chosen != 0,
+        }
+    }
+}
+
+/// A selection and the explanation of every row.
+#[derive(Debug, Clone, PartialEq, uniffi::Record)]
+pub struct Explained {
+    /// The selection.
+    pub selection: Selection,
+    /// One per row, in row order.
+    pub rows: Vec<RowExplanation>,
+}
+
+#[uniffi::export]
+impl Selector {
+    /// [`Selector::select`] with an explanation of every row: whether it was a candidate or which
+    /// check removed it, and for candidates each scorer's contribution and the total.
+    ///
+    /// # Errors
+    ///
+    /// As [`Selector::select`] (a failed selection's explanations are not returned).
+    pub fn select_explained(
+        &self,
+        policy: Arc<Policy>,
+        request: Request,
+        rows: Vec<Row>,
+    ) -> Result<Explained, RouteError> {
+        let converted = CRequest::new(&request);
+        let c_request = converted.c();
+        let mut explanations: Vec<route::libroute_explanation> = Vec::with_capacity(rows.len());
+        let out = policy.with(|policy_raw| {
+            self.with(|state| {
+                state.rows.clear();
+                state.rows.extend(rows.iter().map(libroute_row::from));
+                let mut out = std::mem::MaybeUninit::<libroute_selection>::uninit();
+                let n = state.rows.len();
+                // SAFETY: the policy is live under its read lock and the selector exclusive under
+                // its mutex; the request's arrays live in `converted`; `explanations` has room
+                // for `n` entries, which the call writes (on success) before `set_len`.
+                check(unsafe {
+                    route::libroute_select_explained(
+                        policy_raw,
+                        state.raw.as_ptr(),
+                        &raw const c_request,
+                        state.rows.as_ptr(),
+                        n,
+                        out.as_mut_ptr(),
+                        explanations.as_mut_ptr(),
+                        explanations.capacity(),
+                    )
+                })?;
+                // SAFETY: the successful call wrote `n` explanations and the selection.
+                unsafe { explanations.set_len(n) };
+                // SAFETY: as above.
+                Ok(unsafe { out.assume_init() })
+            })
+        })?;
+        let rows: Vec<RowExplanation> = explanations.iter().map(RowExplanation::from).collect();
+        let contributions = rows
+            .iter()
+            .find(|r| r.chosen)
+            .map(|r| r.contributions.clone())
+            .unwrap_or_default();
+        Ok(Explained {
+            selection: Selection::from_c(&out, contributions),
+            rows,
+        })
     }
 }
 

@@ -778,6 +778,189 @@ public func FfiConverterTypePolicy_lower(_ value: Policy) -> UInt64 {
 
 
 /**
+ * Named policy instances assigned to roles, from one JSON configuration (see the catalog's
+ * documentation): `{"instances": [{"name": ..., "policy": {"type": ...}}], "roles": {...}}`.
+ */
+public protocol PolicySetProtocol: AnyObject, Sendable {
+    
+    /**
+     * The name of the instance serving `role` (`"default"` when none was assigned).
+     *
+     * # Errors
+     *
+     * None in practice.
+     */
+    func instanceName(role: Role) throws  -> String
+    
+    /**
+     * The policy serving `role` (it keeps the set's memory alive).
+     *
+     * # Errors
+     *
+     * None in practice.
+     */
+    func policy(role: Role) throws  -> Policy
+    
+}
+/**
+ * Named policy instances assigned to roles, from one JSON configuration (see the catalog's
+ * documentation): `{"instances": [{"name": ..., "policy": {"type": ...}}], "roles": {...}}`.
+ */
+open class PolicySet: PolicySetProtocol, @unchecked Sendable {
+    fileprivate let handle: UInt64
+
+    /// Used to instantiate a [FFIObject] without an actual handle, for fakes in tests, mostly.
+#if swift(>=5.8)
+    @_documentation(visibility: private)
+#endif
+    public struct NoHandle {
+        public init() {}
+    }
+
+    // TODO: We'd like this to be `private` but for Swifty reasons,
+    // we can't implement `FfiConverter` without making this `required` and we can't
+    // make it `required` without making it `public`.
+#if swift(>=5.8)
+    @_documentation(visibility: private)
+#endif
+    required public init(unsafeFromHandle handle: UInt64) {
+        self.handle = handle
+    }
+
+    // This constructor can be used to instantiate a fake object.
+    // - Parameter noHandle: Placeholder value so we can have a constructor separate from the default empty one that may be implemented for classes extending [FFIObject].
+    //
+    // - Warning:
+    //     Any object instantiated with this constructor cannot be passed to an actual Rust-backed object. Since there isn't a backing handle the FFI lower functions will crash.
+#if swift(>=5.8)
+    @_documentation(visibility: private)
+#endif
+    public init(noHandle: NoHandle) {
+        self.handle = 0
+    }
+
+#if swift(>=5.8)
+    @_documentation(visibility: private)
+#endif
+    public func uniffiCloneHandle() -> UInt64 {
+        return try! rustCall { uniffi_route_uniffi_fn_clone_policyset(self.handle, $0) }
+    }
+    /**
+     * Builds every instance and assigns them to roles; omitted roles use the default policy.
+     *
+     * # Errors
+     *
+     * `InvalidJson`, `UnknownKey` (naming the key or type), `InvalidKnob` (naming the instance
+     * and the parameter, a duplicate name, or a role naming no instance).
+     */
+public convenience init(json: String)throws  {
+    let handle =
+        try rustCallWithError(FfiConverterTypeRouteError_lift) {
+        uniffiCallStatus in
+    uniffi_route_uniffi_fn_constructor_policyset_new(
+        FfiConverterString.lower(json),uniffiCallStatus
+    )
+}
+    self.init(unsafeFromHandle: handle)
+}
+
+    deinit {
+        if handle == 0 {
+            // Mock objects have handle=0 don't try to free them
+            return
+        }
+
+        try! rustCall { uniffi_route_uniffi_fn_free_policyset(handle, $0) }
+    }
+
+    
+
+    
+    /**
+     * The name of the instance serving `role` (`"default"` when none was assigned).
+     *
+     * # Errors
+     *
+     * None in practice.
+     */
+open func instanceName(role: Role)throws  -> String  {
+    return try  FfiConverterString.lift(try rustCallWithError(FfiConverterTypeRouteError_lift) {
+        uniffiCallStatus in
+    uniffi_route_uniffi_fn_method_policyset_instance_name(
+            self.uniffiCloneHandle(),
+        FfiConverterTypeRole_lower(role),uniffiCallStatus
+    )
+})
+}
+    
+    /**
+     * The policy serving `role` (it keeps the set's memory alive).
+     *
+     * # Errors
+     *
+     * None in practice.
+     */
+open func policy(role: Role)throws  -> Policy  {
+    return try  FfiConverterTypePolicy_lift(try rustCallWithError(FfiConverterTypeRouteError_lift) {
+        uniffiCallStatus in
+    uniffi_route_uniffi_fn_method_policyset_policy(
+            self.uniffiCloneHandle(),
+        FfiConverterTypeRole_lower(role),uniffiCallStatus
+    )
+})
+}
+    
+
+    
+}
+
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public struct FfiConverterTypePolicySet: FfiConverter {
+    typealias FfiType = UInt64
+    typealias SwiftType = PolicySet
+
+    public static func lift(_ handle: UInt64) throws -> PolicySet {
+        return PolicySet(unsafeFromHandle: handle)
+    }
+
+    public static func lower(_ value: PolicySet) -> UInt64 {
+        return value.uniffiCloneHandle()
+    }
+
+    public static func read(from buf: inout (data: Data, offset: Data.Index)) throws -> PolicySet {
+        let handle: UInt64 = try readInt(&buf)
+        return try lift(handle)
+    }
+
+    public static func write(_ value: PolicySet, into buf: inout [UInt8]) {
+        writeInt(&buf, lower(value))
+    }
+}
+
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public func FfiConverterTypePolicySet_lift(_ handle: UInt64) throws -> PolicySet {
+    return try FfiConverterTypePolicySet.lift(handle)
+}
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public func FfiConverterTypePolicySet_lower(_ value: PolicySet) -> UInt64 {
+    return FfiConverterTypePolicySet.lower(value)
+}
+
+
+
+
+
+
+/**
  * The host's routing state: the prefix-overlap index fed by KV events, the load ledger, and
  * (in approximate mode) the router's own predictions. Thread-safe (calls are serialized).
  */
@@ -1203,6 +1386,16 @@ public protocol SelectorProtocol: AnyObject, Sendable {
     func select(policy: Policy, request: Request, rows: [Row]) throws  -> Selection
     
     /**
+     * [`Selector::select`] with an explanation of every row: whether it was a candidate or which
+     * check removed it, and for candidates each scorer's contribution and the total.
+     *
+     * # Errors
+     *
+     * As [`Selector::select`] (a failed selection's explanations are not returned).
+     */
+    func selectExplained(policy: Policy, request: Request, rows: [Row]) throws  -> Explained
+    
+    /**
      * [`Selector::select`] for rows packed as bytes ([`PACKED_ROW_BYTES`] per row, see
      * [`packed_row_size`]): one copy instead of a field-by-field conversion of each record,
      * which is what dominates a selection from Python or the JVM.
@@ -1343,6 +1536,26 @@ open func select(policy: Policy, request: Request, rows: [Row])throws  -> Select
     return try  FfiConverterTypeSelection_lift(try rustCallWithError(FfiConverterTypeRouteError_lift) {
         uniffiCallStatus in
     uniffi_route_uniffi_fn_method_selector_select(
+            self.uniffiCloneHandle(),
+        FfiConverterTypePolicy_lower(policy),
+        FfiConverterTypeRequest_lower(request),
+        FfiConverterSequenceTypeRow.lower(rows),uniffiCallStatus
+    )
+})
+}
+    
+    /**
+     * [`Selector::select`] with an explanation of every row: whether it was a candidate or which
+     * check removed it, and for candidates each scorer's contribution and the total.
+     *
+     * # Errors
+     *
+     * As [`Selector::select`] (a failed selection's explanations are not returned).
+     */
+open func selectExplained(policy: Policy, request: Request, rows: [Row])throws  -> Explained  {
+    return try  FfiConverterTypeExplained_lift(try rustCallWithError(FfiConverterTypeRouteError_lift) {
+        uniffiCallStatus in
+    uniffi_route_uniffi_fn_method_selector_select_explained(
             self.uniffiCloneHandle(),
         FfiConverterTypePolicy_lower(policy),
         FfiConverterTypeRequest_lower(request),
@@ -1556,6 +1769,75 @@ public func FfiConverterTypeCandidate_lift(_ buf: RustBuffer) throws -> Candidat
 #endif
 public func FfiConverterTypeCandidate_lower(_ value: Candidate) -> RustBuffer {
     return FfiConverterTypeCandidate.lower(value)
+}
+
+
+/**
+ * A selection and the explanation of every row.
+ */
+public struct Explained: Equatable, Hashable {
+    /**
+     * The selection.
+     */
+    public var selection: Selection
+    /**
+     * One per row, in row order.
+     */
+    public var rows: [RowExplanation]
+
+    // Default memberwise initializers are never public by default, so we
+    // declare one manually.
+    public init(
+        /**
+         * The selection.
+         */selection: Selection, 
+        /**
+         * One per row, in row order.
+         */rows: [RowExplanation]) {
+        self.selection = selection
+        self.rows = rows
+    }
+
+    
+
+    
+}
+
+#if compiler(>=6)
+extension Explained: Sendable {}
+#endif
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public struct FfiConverterTypeExplained: FfiConverterRustBuffer {
+    public static func read(from buf: inout (data: Data, offset: Data.Index)) throws -> Explained {
+        return
+            try Explained(
+                selection: FfiConverterTypeSelection.read(from: &buf), 
+                rows: FfiConverterSequenceTypeRowExplanation.read(from: &buf)
+        )
+    }
+
+    public static func write(_ value: Explained, into buf: inout [UInt8]) {
+        FfiConverterTypeSelection.write(value.selection, into: &buf)
+        FfiConverterSequenceTypeRowExplanation.write(value.rows, into: &buf)
+    }
+}
+
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public func FfiConverterTypeExplained_lift(_ buf: RustBuffer) throws -> Explained {
+    return try FfiConverterTypeExplained.lift(buf)
+}
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public func FfiConverterTypeExplained_lower(_ value: Explained) -> RustBuffer {
+    return FfiConverterTypeExplained.lower(value)
 }
 
 
@@ -2422,6 +2704,115 @@ public func FfiConverterTypeRowCache_lower(_ value: RowCache) -> RustBuffer {
 
 
 /**
+ * One row's part in a selection.
+ */
+public struct RowExplanation: Equatable, Hashable {
+    /**
+     * The row's index in the rows passed.
+     */
+    public var row: UInt64
+    /**
+     * Its worker.
+     */
+    public var worker: Worker
+    /**
+     * What became of it.
+     */
+    public var disposition: Disposition
+    /**
+     * Each scorer's contribution (empty when the row was not scored).
+     */
+    public var contributions: [Double]
+    /**
+     * The summed cost; NaN when the row was not scored.
+     */
+    public var total: Double
+    /**
+     * Whether it was chosen.
+     */
+    public var chosen: Bool
+
+    // Default memberwise initializers are never public by default, so we
+    // declare one manually.
+    public init(
+        /**
+         * The row's index in the rows passed.
+         */row: UInt64, 
+        /**
+         * Its worker.
+         */worker: Worker, 
+        /**
+         * What became of it.
+         */disposition: Disposition, 
+        /**
+         * Each scorer's contribution (empty when the row was not scored).
+         */contributions: [Double], 
+        /**
+         * The summed cost; NaN when the row was not scored.
+         */total: Double, 
+        /**
+         * Whether it was chosen.
+         */chosen: Bool) {
+        self.row = row
+        self.worker = worker
+        self.disposition = disposition
+        self.contributions = contributions
+        self.total = total
+        self.chosen = chosen
+    }
+
+    
+
+    
+}
+
+#if compiler(>=6)
+extension RowExplanation: Sendable {}
+#endif
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public struct FfiConverterTypeRowExplanation: FfiConverterRustBuffer {
+    public static func read(from buf: inout (data: Data, offset: Data.Index)) throws -> RowExplanation {
+        return
+            try RowExplanation(
+                row: FfiConverterUInt64.read(from: &buf), 
+                worker: FfiConverterTypeWorker.read(from: &buf), 
+                disposition: FfiConverterTypeDisposition.read(from: &buf), 
+                contributions: FfiConverterSequenceDouble.read(from: &buf), 
+                total: FfiConverterDouble.read(from: &buf), 
+                chosen: FfiConverterBool.read(from: &buf)
+        )
+    }
+
+    public static func write(_ value: RowExplanation, into buf: inout [UInt8]) {
+        FfiConverterUInt64.write(value.row, into: &buf)
+        FfiConverterTypeWorker.write(value.worker, into: &buf)
+        FfiConverterTypeDisposition.write(value.disposition, into: &buf)
+        FfiConverterSequenceDouble.write(value.contributions, into: &buf)
+        FfiConverterDouble.write(value.total, into: &buf)
+        FfiConverterBool.write(value.chosen, into: &buf)
+    }
+}
+
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public func FfiConverterTypeRowExplanation_lift(_ buf: RustBuffer) throws -> RowExplanation {
+    return try FfiConverterTypeRowExplanation.lift(buf)
+}
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public func FfiConverterTypeRowExplanation_lower(_ value: RowExplanation) -> RustBuffer {
+    return FfiConverterTypeRowExplanation.lower(value)
+}
+
+
+/**
  * A worker's projected load.
  */
 public struct RowLoad: Equatable, Hashable {
@@ -2698,6 +3089,169 @@ public func FfiConverterTypeWorker_lift(_ buf: RustBuffer) throws -> Worker {
 public func FfiConverterTypeWorker_lower(_ value: Worker) -> RustBuffer {
     return FfiConverterTypeWorker.lower(value)
 }
+
+
+/**
+ * What became of one row in a selection.
+ */
+
+public enum Disposition: Equatable, Hashable {
+    
+    /**
+     * A candidate: every scorer scored it.
+     */
+    case candidate
+    /**
+     * The request was pinned to another worker.
+     */
+    case notPinned
+    /**
+     * The row is invalid.
+     */
+    case invalid
+    /**
+     * The worker lacks a taint the request requires.
+     */
+    case ineligible
+    /**
+     * The host marked it overloaded.
+     */
+    case overloaded
+    /**
+     * A filter removed it.
+     */
+    case filtered(
+        /**
+         * The filter's index in the policy.
+         */filter: UInt32
+    )
+    /**
+     * A filter removed it as overloaded.
+     */
+    case filterOverloaded(
+        /**
+         * The filter's index in the policy.
+         */filter: UInt32
+    )
+    /**
+     * A filter failed on it.
+     */
+    case filterFailed(
+        /**
+         * The filter's index in the policy.
+         */filter: UInt32
+    )
+    /**
+     * Not examined (the selection stopped before it).
+     */
+    case notExamined
+
+
+
+
+
+}
+
+#if compiler(>=6)
+extension Disposition: Sendable {}
+#endif
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public struct FfiConverterTypeDisposition: FfiConverterRustBuffer {
+    typealias SwiftType = Disposition
+
+    public static func read(from buf: inout (data: Data, offset: Data.Index)) throws -> Disposition {
+        let variant: Int32 = try readInt(&buf)
+        switch variant {
+        
+        case 1: return .candidate
+        
+        case 2: return .notPinned
+        
+        case 3: return .invalid
+        
+        case 4: return .ineligible
+        
+        case 5: return .overloaded
+        
+        case 6: return .filtered(filter: try FfiConverterUInt32.read(from: &buf)
+        )
+        
+        case 7: return .filterOverloaded(filter: try FfiConverterUInt32.read(from: &buf)
+        )
+        
+        case 8: return .filterFailed(filter: try FfiConverterUInt32.read(from: &buf)
+        )
+        
+        case 9: return .notExamined
+        
+        default: throw UniffiInternalError.unexpectedEnumCase
+        }
+    }
+
+    public static func write(_ value: Disposition, into buf: inout [UInt8]) {
+        switch value {
+        
+        
+        case .candidate:
+            writeInt(&buf, Int32(1))
+        
+        
+        case .notPinned:
+            writeInt(&buf, Int32(2))
+        
+        
+        case .invalid:
+            writeInt(&buf, Int32(3))
+        
+        
+        case .ineligible:
+            writeInt(&buf, Int32(4))
+        
+        
+        case .overloaded:
+            writeInt(&buf, Int32(5))
+        
+        
+        case let .filtered(filter):
+            writeInt(&buf, Int32(6))
+            FfiConverterUInt32.write(filter, into: &buf)
+            
+        
+        case let .filterOverloaded(filter):
+            writeInt(&buf, Int32(7))
+            FfiConverterUInt32.write(filter, into: &buf)
+            
+        
+        case let .filterFailed(filter):
+            writeInt(&buf, Int32(8))
+            FfiConverterUInt32.write(filter, into: &buf)
+            
+        
+        case .notExamined:
+            writeInt(&buf, Int32(9))
+        
+        }
+    }
+}
+
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public func FfiConverterTypeDisposition_lift(_ buf: RustBuffer) throws -> Disposition {
+    return try FfiConverterTypeDisposition.lift(buf)
+}
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public func FfiConverterTypeDisposition_lower(_ value: Disposition) -> RustBuffer {
+    return FfiConverterTypeDisposition.lower(value)
+}
+
 
 
 /**
@@ -4029,6 +4583,31 @@ fileprivate struct FfiConverterSequenceTypeRow: FfiConverterRustBuffer {
 #if swift(>=5.8)
 @_documentation(visibility: private)
 #endif
+fileprivate struct FfiConverterSequenceTypeRowExplanation: FfiConverterRustBuffer {
+    typealias SwiftType = [RowExplanation]
+
+    public static func write(_ value: [RowExplanation], into buf: inout [UInt8]) {
+        let len = Int32(value.count)
+        writeInt(&buf, len)
+        for item in value {
+            FfiConverterTypeRowExplanation.write(item, into: &buf)
+        }
+    }
+
+    public static func read(from buf: inout (data: Data, offset: Data.Index)) throws -> [RowExplanation] {
+        let len: Int32 = try readInt(&buf)
+        var seq = [RowExplanation]()
+        seq.reserveCapacity(Int(len))
+        for _ in 0 ..< len {
+            seq.append(try FfiConverterTypeRowExplanation.read(from: &buf))
+        }
+        return seq
+    }
+}
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
 fileprivate struct FfiConverterSequenceTypeKvEvent: FfiConverterRustBuffer {
     typealias SwiftType = [KvEvent]
 
@@ -4123,6 +4702,12 @@ private let initializationResult: InitializationResult = {
     if (uniffi_route_uniffi_checksum_method_policy_release() != 53153) {
         return InitializationResult.apiChecksumMismatch
     }
+    if (uniffi_route_uniffi_checksum_method_policyset_instance_name() != 3113) {
+        return InitializationResult.apiChecksumMismatch
+    }
+    if (uniffi_route_uniffi_checksum_method_policyset_policy() != 10295) {
+        return InitializationResult.apiChecksumMismatch
+    }
     if (uniffi_route_uniffi_checksum_method_router_add_worker() != 27484) {
         return InitializationResult.apiChecksumMismatch
     }
@@ -4165,10 +4750,16 @@ private let initializationResult: InitializationResult = {
     if (uniffi_route_uniffi_checksum_method_selector_select() != 61334) {
         return InitializationResult.apiChecksumMismatch
     }
+    if (uniffi_route_uniffi_checksum_method_selector_select_explained() != 25869) {
+        return InitializationResult.apiChecksumMismatch
+    }
     if (uniffi_route_uniffi_checksum_method_selector_select_packed() != 27831) {
         return InitializationResult.apiChecksumMismatch
     }
     if (uniffi_route_uniffi_checksum_constructor_policy_new() != 1801) {
+        return InitializationResult.apiChecksumMismatch
+    }
+    if (uniffi_route_uniffi_checksum_constructor_policyset_new() != 39986) {
         return InitializationResult.apiChecksumMismatch
     }
     if (uniffi_route_uniffi_checksum_constructor_router_new() != 42963) {

@@ -268,6 +268,31 @@ RustBuffer uniffi_route_uniffi_fn_method_policy_inputs(uint64_t ptr, RustBuffer 
 void uniffi_route_uniffi_fn_method_policy_release(uint64_t ptr, RustCallStatus *_Nonnull out_status
 );
 #endif
+#ifndef UNIFFI_FFIDEF_UNIFFI_ROUTE_UNIFFI_FN_CLONE_POLICYSET
+#define UNIFFI_FFIDEF_UNIFFI_ROUTE_UNIFFI_FN_CLONE_POLICYSET
+uint64_t uniffi_route_uniffi_fn_clone_policyset(uint64_t handle, RustCallStatus *_Nonnull out_status
+);
+#endif
+#ifndef UNIFFI_FFIDEF_UNIFFI_ROUTE_UNIFFI_FN_FREE_POLICYSET
+#define UNIFFI_FFIDEF_UNIFFI_ROUTE_UNIFFI_FN_FREE_POLICYSET
+void uniffi_route_uniffi_fn_free_policyset(uint64_t handle, RustCallStatus *_Nonnull out_status
+);
+#endif
+#ifndef UNIFFI_FFIDEF_UNIFFI_ROUTE_UNIFFI_FN_CONSTRUCTOR_POLICYSET_NEW
+#define UNIFFI_FFIDEF_UNIFFI_ROUTE_UNIFFI_FN_CONSTRUCTOR_POLICYSET_NEW
+uint64_t uniffi_route_uniffi_fn_constructor_policyset_new(RustBuffer json, RustCallStatus *_Nonnull out_status
+);
+#endif
+#ifndef UNIFFI_FFIDEF_UNIFFI_ROUTE_UNIFFI_FN_METHOD_POLICYSET_INSTANCE_NAME
+#define UNIFFI_FFIDEF_UNIFFI_ROUTE_UNIFFI_FN_METHOD_POLICYSET_INSTANCE_NAME
+RustBuffer uniffi_route_uniffi_fn_method_policyset_instance_name(uint64_t ptr, RustBuffer role, RustCallStatus *_Nonnull out_status
+);
+#endif
+#ifndef UNIFFI_FFIDEF_UNIFFI_ROUTE_UNIFFI_FN_METHOD_POLICYSET_POLICY
+#define UNIFFI_FFIDEF_UNIFFI_ROUTE_UNIFFI_FN_METHOD_POLICYSET_POLICY
+uint64_t uniffi_route_uniffi_fn_method_policyset_policy(uint64_t ptr, RustBuffer role, RustCallStatus *_Nonnull out_status
+);
+#endif
 #ifndef UNIFFI_FFIDEF_UNIFFI_ROUTE_UNIFFI_FN_CLONE_ROUTER
 #define UNIFFI_FFIDEF_UNIFFI_ROUTE_UNIFFI_FN_CLONE_ROUTER
 uint64_t uniffi_route_uniffi_fn_clone_router(uint64_t handle, RustCallStatus *_Nonnull out_status
@@ -366,6 +391,11 @@ void uniffi_route_uniffi_fn_method_selector_reset_seeded(uint64_t ptr, RustCallS
 #ifndef UNIFFI_FFIDEF_UNIFFI_ROUTE_UNIFFI_FN_METHOD_SELECTOR_SELECT
 #define UNIFFI_FFIDEF_UNIFFI_ROUTE_UNIFFI_FN_METHOD_SELECTOR_SELECT
 RustBuffer uniffi_route_uniffi_fn_method_selector_select(uint64_t ptr, uint64_t policy, RustBuffer request, RustBuffer rows, RustCallStatus *_Nonnull out_status
+);
+#endif
+#ifndef UNIFFI_FFIDEF_UNIFFI_ROUTE_UNIFFI_FN_METHOD_SELECTOR_SELECT_EXPLAINED
+#define UNIFFI_FFIDEF_UNIFFI_ROUTE_UNIFFI_FN_METHOD_SELECTOR_SELECT_EXPLAINED
+RustBuffer uniffi_route_uniffi_fn_method_selector_select_explained(uint64_t ptr, uint64_t policy, RustBuffer request, RustBuffer rows, RustCallStatus *_Nonnull out_status
 );
 #endif
 #ifndef UNIFFI_FFIDEF_UNIFFI_ROUTE_UNIFFI_FN_METHOD_SELECTOR_SELECT_PACKED
@@ -669,6 +699,18 @@ uint16_t uniffi_route_uniffi_checksum_method_policy_release(void
     
 );
 #endif
+#ifndef UNIFFI_FFIDEF_UNIFFI_ROUTE_UNIFFI_CHECKSUM_METHOD_POLICYSET_INSTANCE_NAME
+#define UNIFFI_FFIDEF_UNIFFI_ROUTE_UNIFFI_CHECKSUM_METHOD_POLICYSET_INSTANCE_NAME
+uint16_t uniffi_route_uniffi_checksum_method_policyset_instance_name(void
+    
+);
+#endif
+#ifndef UNIFFI_FFIDEF_UNIFFI_ROUTE_UNIFFI_CHECKSUM_METHOD_POLICYSET_POLICY
+#define UNIFFI_FFIDEF_UNIFFI_ROUTE_UNIFFI_CHECKSUM_METHOD_POLICYSET_POLICY
+uint16_t uniffi_route_uniffi_checksum_method_policyset_policy(void
+    
+);
+#endif
 #ifndef UNIFFI_FFIDEF_UNIFFI_ROUTE_UNIFFI_CHECKSUM_METHOD_ROUTER_ADD_WORKER
 #define UNIFFI_FFIDEF_UNIFFI_ROUTE_UNIFFI_CHECKSUM_METHOD_ROUTER_ADD_WORKER
 uint16_t uniffi_route_uniffi_checksum_method_router_add_worker(void
@@ -753,6 +795,12 @@ uint16_t uniffi_route_uniffi_checksum_method_selector_select(void
     
 );
 #endif
+#ifndef UNIFFI_FFIDEF_UNIFFI_ROUTE_UNIFFI_CHECKSUM_METHOD_SELECTOR_SELECT_EXPLAINED
+#define UNIFFI_FFIDEF_UNIFFI_ROUTE_UNIFFI_CHECKSUM_METHOD_SELECTOR_SELECT_EXPLAINED
+uint16_t uniffi_route_uniffi_checksum_method_selector_select_explained(void
+    
+);
+#endif
 #ifndef UNIFFI_FFIDEF_UNIFFI_ROUTE_UNIFFI_CHECKSUM_METHOD_SELECTOR_SELECT_PACKED
 #define UNIFFI_FFIDEF_UNIFFI_ROUTE_UNIFFI_CHECKSUM_METHOD_SELECTOR_SELECT_PACKED
 uint16_t uniffi_route_uniffi_checksum_method_selector_select_packed(void
@@ -762,6 +810,12 @@ uint16_t uniffi_route_uniffi_checksum_method_selector_select_packed(void
 #ifndef UNIFFI_FFIDEF_UNIFFI_ROUTE_UNIFFI_CHECKSUM_CONSTRUCTOR_POLICY_NEW
 #define UNIFFI_FFIDEF_UNIFFI_ROUTE_UNIFFI_CHECKSUM_CONSTRUCTOR_POLICY_NEW
 uint16_t uniffi_route_uniffi_checksum_constructor_policy_new(void
+    
+);
+#endif
+#ifndef UNIFFI_FFIDEF_UNIFFI_ROUTE_UNIFFI_CHECKSUM_CONSTRUCTOR_POLICYSET_NEW
+#define UNIFFI_FFIDEF_UNIFFI_ROUTE_UNIFFI_CHECKSUM_CONSTRUCTOR_POLICYSET_NEW
+uint16_t uniffi_route_uniffi_checksum_constructor_policyset_new(void
     
 );
 #endif

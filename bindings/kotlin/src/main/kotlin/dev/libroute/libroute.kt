@@ -683,6 +683,10 @@ internal object IntegrityCheckingUniffiLib {
     ): Int
     external fun uniffi_route_uniffi_checksum_method_policy_release(
     ): Int
+    external fun uniffi_route_uniffi_checksum_method_policyset_instance_name(
+    ): Int
+    external fun uniffi_route_uniffi_checksum_method_policyset_policy(
+    ): Int
     external fun uniffi_route_uniffi_checksum_method_router_add_worker(
     ): Int
     external fun uniffi_route_uniffi_checksum_method_router_apply_kv_events(
@@ -711,9 +715,13 @@ internal object IntegrityCheckingUniffiLib {
     ): Int
     external fun uniffi_route_uniffi_checksum_method_selector_select(
     ): Int
+    external fun uniffi_route_uniffi_checksum_method_selector_select_explained(
+    ): Int
     external fun uniffi_route_uniffi_checksum_method_selector_select_packed(
     ): Int
     external fun uniffi_route_uniffi_checksum_constructor_policy_new(
+    ): Int
+    external fun uniffi_route_uniffi_checksum_constructor_policyset_new(
     ): Int
     external fun uniffi_route_uniffi_checksum_constructor_router_new(
     ): Int
@@ -749,6 +757,16 @@ internal object UniffiLib {
     ): RustBuffer.ByValue
     external fun uniffi_route_uniffi_fn_method_policy_release(`ptr`: Long,uniffi_out_err: UniffiRustCallStatus, 
     ): Unit
+    external fun uniffi_route_uniffi_fn_clone_policyset(`handle`: Long,uniffi_out_err: UniffiRustCallStatus, 
+    ): Long
+    external fun uniffi_route_uniffi_fn_free_policyset(`handle`: Long,uniffi_out_err: UniffiRustCallStatus, 
+    ): Unit
+    external fun uniffi_route_uniffi_fn_constructor_policyset_new(`json`: RustBuffer.ByValue,uniffi_out_err: UniffiRustCallStatus, 
+    ): Long
+    external fun uniffi_route_uniffi_fn_method_policyset_instance_name(`ptr`: Long,`role`: RustBuffer.ByValue,uniffi_out_err: UniffiRustCallStatus, 
+    ): RustBuffer.ByValue
+    external fun uniffi_route_uniffi_fn_method_policyset_policy(`ptr`: Long,`role`: RustBuffer.ByValue,uniffi_out_err: UniffiRustCallStatus, 
+    ): Long
     external fun uniffi_route_uniffi_fn_clone_router(`handle`: Long,uniffi_out_err: UniffiRustCallStatus, 
     ): Long
     external fun uniffi_route_uniffi_fn_free_router(`handle`: Long,uniffi_out_err: UniffiRustCallStatus, 
@@ -788,6 +806,8 @@ internal object UniffiLib {
     external fun uniffi_route_uniffi_fn_method_selector_reset_seeded(`ptr`: Long,uniffi_out_err: UniffiRustCallStatus, 
     ): Unit
     external fun uniffi_route_uniffi_fn_method_selector_select(`ptr`: Long,`policy`: Long,`request`: RustBuffer.ByValue,`rows`: RustBuffer.ByValue,uniffi_out_err: UniffiRustCallStatus, 
+    ): RustBuffer.ByValue
+    external fun uniffi_route_uniffi_fn_method_selector_select_explained(`ptr`: Long,`policy`: Long,`request`: RustBuffer.ByValue,`rows`: RustBuffer.ByValue,uniffi_out_err: UniffiRustCallStatus, 
     ): RustBuffer.ByValue
     external fun uniffi_route_uniffi_fn_method_selector_select_packed(`ptr`: Long,`policy`: Long,`request`: RustBuffer.ByValue,`rows`: RustBuffer.ByValue,uniffi_out_err: UniffiRustCallStatus, 
     ): RustBuffer.ByValue
@@ -926,6 +946,12 @@ private fun uniffiCheckApiChecksums(lib: IntegrityCheckingUniffiLib) {
     if ((lib.uniffi_route_uniffi_checksum_method_policy_release() and 0xFFFF) != 53153) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
+    if ((lib.uniffi_route_uniffi_checksum_method_policyset_instance_name() and 0xFFFF) != 3113) {
+        throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
+    }
+    if ((lib.uniffi_route_uniffi_checksum_method_policyset_policy() and 0xFFFF) != 10295) {
+        throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
+    }
     if ((lib.uniffi_route_uniffi_checksum_method_router_add_worker() and 0xFFFF) != 27484) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
@@ -968,10 +994,16 @@ private fun uniffiCheckApiChecksums(lib: IntegrityCheckingUniffiLib) {
     if ((lib.uniffi_route_uniffi_checksum_method_selector_select() and 0xFFFF) != 61334) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
+    if ((lib.uniffi_route_uniffi_checksum_method_selector_select_explained() and 0xFFFF) != 25869) {
+        throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
+    }
     if ((lib.uniffi_route_uniffi_checksum_method_selector_select_packed() and 0xFFFF) != 27831) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
     if ((lib.uniffi_route_uniffi_checksum_constructor_policy_new() and 0xFFFF) != 1801) {
+        throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
+    }
+    if ((lib.uniffi_route_uniffi_checksum_constructor_policyset_new() and 0xFFFF) != 39986) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
     if ((lib.uniffi_route_uniffi_checksum_constructor_router_new() and 0xFFFF) != 42963) {
@@ -1737,6 +1769,333 @@ public object FfiConverterTypePolicy: FfiConverter<Policy, Long> {
 
 
 /**
+ * Named policy instances assigned to roles, from one JSON configuration (see the catalog's
+ * documentation): `{"instances": [{"name": ..., "policy": {"type": ...}}], "roles": {...}}`.
+ */
+public interface PolicySetInterface {
+    
+    /**
+     * The name of the instance serving `role` (`"default"` when none was assigned).
+     *
+     * # Errors
+     *
+     * None in practice.
+     */
+    fun `instanceName`(`role`: Role): kotlin.String
+    
+    /**
+     * The policy serving `role` (it keeps the set's memory alive).
+     *
+     * # Errors
+     *
+     * None in practice.
+     */
+    fun `policy`(`role`: Role): Policy
+    
+    companion object
+}
+
+/**
+ * Named policy instances assigned to roles, from one JSON configuration (see the catalog's
+ * documentation): `{"instances": [{"name": ..., "policy": {"type": ...}}], "roles": {...}}`.
+ */
+open class PolicySet: Disposable, AutoCloseable, PolicySetInterface
+{
+
+    @Suppress("UNUSED_PARAMETER")
+    /**
+     * @suppress
+     */
+    constructor(withHandle: UniffiWithHandle, handle: Long) {
+        this.handle = handle
+        this.cleanable = UniffiLib.CLEANER.register(this, UniffiCleanAction(handle))
+    }
+
+    /**
+     * @suppress
+     *
+     * This constructor can be used to instantiate a fake object. Only used for tests. Any
+     * attempt to actually use an object constructed this way will fail as there is no
+     * connected Rust object.
+     */
+    @Suppress("UNUSED_PARAMETER")
+    constructor(noHandle: NoHandle) {
+        this.handle = 0
+        this.cleanable = null
+    }
+    /**
+     * Builds every instance and assigns them to roles; omitted roles use the default policy.
+     *
+     * # Errors
+     *
+     * `InvalidJson`, `UnknownKey` (naming the key or type), `InvalidKnob` (naming the instance
+     * and the parameter, a duplicate name, or a role naming no instance).
+     */
+    constructor(`json`: kotlin.String) :
+        this(UniffiWithHandle, 
+    uniffiRustCallWithError(RouteException) { _status ->
+    UniffiLib.uniffi_route_uniffi_fn_constructor_policyset_new(
+    
+        
+        FfiConverterString.lower(`json`),_status)
+}
+    )
+
+    protected val handle: Long
+    protected val cleanable: UniffiCleaner.Cleanable?
+
+    private val wasDestroyed = AtomicBoolean(false)
+    private val callCounter = AtomicLong(1)
+
+    /**
+     * Whether the current object has been destroyed and its reference is gone in the Rust side.
+     */
+    val uniffiIsDestroyed: Boolean get() = wasDestroyed.get()
+
+    override fun destroy() {
+        // Only allow a single call to this method.
+        // TODO: maybe we should log a warning if called more than once?
+        if (this.wasDestroyed.compareAndSet(false, true)) {
+            // This decrement always matches the initial count of 1 given at creation time.
+            if (this.callCounter.decrementAndGet() == 0L) {
+                cleanable?.clean()
+            }
+        }
+    }
+
+    @Synchronized
+    override fun close() {
+        this.destroy()
+    }
+
+    internal inline fun <R> callWithHandle(block: (handle: Long) -> R): R {
+        // Check and increment the call counter, to keep the object alive.
+        // This needs a compare-and-set retry loop in case of concurrent updates.
+        do {
+            val c = this.callCounter.get()
+            if (c == 0L) {
+                throw IllegalStateException("${this.javaClass.simpleName} object has already been destroyed")
+            }
+            if (c == Long.MAX_VALUE) {
+                throw IllegalStateException("${this.javaClass.simpleName} call counter would overflow")
+            }
+        } while (! this.callCounter.compareAndSet(c, c + 1L))
+        // Now we can safely do the method call without the handle being freed concurrently.
+        try {
+            return block(this.uniffiCloneHandle())
+        } finally {
+            // This decrement always matches the increment we performed above.
+            if (this.callCounter.decrementAndGet() == 0L) {
+                cleanable?.clean()
+            }
+        }
+    }
+
+    // Use a static inner class instead of a closure so as not to accidentally
+    // capture `this` as part of the cleanable's action.
+    private class UniffiCleanAction(private val handle: Long) : Runnable {
+        override fun run() {
+            if (handle == 0.toLong()) {
+                // Fake object created with `NoHandle`, don't try to free.
+                return;
+            }
+            uniffiRustCall { status ->
+                UniffiLib.uniffi_route_uniffi_fn_free_policyset(handle, status)
+            }
+        }
+    }
+
+    /**
+     * @suppress
+     */
+    fun uniffiCloneHandle(): Long {
+        if (handle == 0.toLong()) {
+            throw InternalException("uniffiCloneHandle() called on NoHandle object");
+        }
+        return uniffiRustCall() { status ->
+            UniffiLib.uniffi_route_uniffi_fn_clone_policyset(handle, status)
+        }
+    }
+
+    
+    /**
+     * The name of the instance serving `role` (`"default"` when none was assigned).
+     *
+     * # Errors
+     *
+     * None in practice.
+     */
+    @Throws(RouteException::class)override fun `instanceName`(`role`: Role): kotlin.String {
+            return FfiConverterString.lift(
+    callWithHandle {
+    uniffiRustCallWithError(RouteException) { _status ->
+    UniffiLib.uniffi_route_uniffi_fn_method_policyset_instance_name(
+        it,
+        
+        FfiConverterTypeRole.lower(`role`),_status)
+}
+    }
+    )
+    }
+    
+
+    
+    /**
+     * The policy serving `role` (it keeps the set's memory alive).
+     *
+     * # Errors
+     *
+     * None in practice.
+     */
+    @Throws(RouteException::class)override fun `policy`(`role`: Role): Policy {
+            return FfiConverterTypePolicy.lift(
+    callWithHandle {
+    uniffiRustCallWithError(RouteException) { _status ->
+    UniffiLib.uniffi_route_uniffi_fn_method_policyset_policy(
+        it,
+        
+        FfiConverterTypeRole.lower(`role`),_status)
+}
+    }
+    )
+    }
+    
+
+    
+
+    
+
+
+    
+    
+    /**
+     * @suppress
+     */
+    companion object
+    
+}
+
+
+/**
+ * @suppress
+ */
+public object FfiConverterTypePolicySet: FfiConverter<PolicySet, Long> {
+    override fun lower(value: PolicySet): Long {
+        return value.uniffiCloneHandle()
+    }
+
+    override fun lift(value: Long): PolicySet {
+        return PolicySet(UniffiWithHandle, value)
+    }
+
+    override fun read(buf: ByteBuffer): PolicySet {
+        return lift(buf.getLong())
+    }
+
+    override fun allocationSize(value: PolicySet) = 8UL
+
+    override fun write(value: PolicySet, buf: ByteBuffer) {
+        buf.putLong(lower(value))
+    }
+}
+
+
+// This template implements a class for working with a Rust struct via a handle
+// to the live Rust struct on the other side of the FFI.
+//
+// There's some subtlety here, because we have to be careful not to operate on a Rust
+// struct after it has been dropped, and because we must expose a public API for freeing
+// theq Kotlin wrapper object in lieu of reliable finalizers. The core requirements are:
+//
+//   * Each instance holds an opaque handle to the underlying Rust struct.
+//     Method calls need to read this handle from the object's state and pass it in to
+//     the Rust FFI.
+//
+//   * When an instance is no longer needed, its handle should be passed to a
+//     special destructor function provided by the Rust FFI, which will drop the
+//     underlying Rust struct.
+//
+//   * Given an instance, calling code is expected to call the special
+//     `destroy` method in order to free it after use, either by calling it explicitly
+//     or by using a higher-level helper like the `use` method. Failing to do so risks
+//     leaking the underlying Rust struct.
+//
+//   * We can't assume that calling code will do the right thing, and must be prepared
+//     to handle Kotlin method calls executing concurrently with or even after a call to
+//     `destroy`, and to handle multiple (possibly concurrent!) calls to `destroy`.
+//
+//   * We must never allow Rust code to operate on the underlying Rust struct after
+//     the destructor has been called, and must never call the destructor more than once.
+//     Doing so may trigger memory unsafety.
+//
+//   * To mitigate many of the risks of leaking memory and use-after-free unsafety, a `Cleaner`
+//     is implemented to call the destructor when the Kotlin object becomes unreachable.
+//     This is done in a background thread. This is not a panacea, and client code should be aware that
+//      1. the thread may starve if some there are objects that have poorly performing
+//     `drop` methods or do significant work in their `drop` methods.
+//      2. the thread is shared across the whole library. This can be tuned by using `android_cleaner = true`,
+//         or `android = true` in the [`kotlin` section of the `uniffi.toml` file](https://mozilla.github.io/uniffi-rs/kotlin/configuration.html).
+//
+// If we try to implement this with mutual exclusion on access to the handle, there is the
+// possibility of a race between a method call and a concurrent call to `destroy`:
+//
+//    * Thread A starts a method call, reads the value of the handle, but is interrupted
+//      before it can pass the handle over the FFI to Rust.
+//    * Thread B calls `destroy` and frees the underlying Rust struct.
+//    * Thread A resumes, passing the already-read handle value to Rust and triggering
+//      a use-after-free.
+//
+// One possible solution would be to use a `ReadWriteLock`, with each method call taking
+// a read lock (and thus allowed to run concurrently) and the special `destroy` method
+// taking a write lock (and thus blocking on live method calls). However, we aim not to
+// generate methods with any hidden blocking semantics, and a `destroy` method that might
+// block if called incorrectly seems to meet that bar.
+//
+// So, we achieve our goals by giving each instance an associated `AtomicLong` counter to track
+// the number of in-flight method calls, and an `AtomicBoolean` flag to indicate whether `destroy`
+// has been called. These are updated according to the following rules:
+//
+//    * The initial value of the counter is 1, indicating a live object with no in-flight calls.
+//      The initial value for the flag is false.
+//
+//    * At the start of each method call, we atomically check the counter.
+//      If it is 0 then the underlying Rust struct has already been destroyed and the call is aborted.
+//      If it is nonzero them we atomically increment it by 1 and proceed with the method call.
+//
+//    * At the end of each method call, we atomically decrement and check the counter.
+//      If it has reached zero then we destroy the underlying Rust struct.
+//
+//    * When `destroy` is called, we atomically flip the flag from false to true.
+//      If the flag was already true we silently fail.
+//      Otherwise we atomically decrement and check the counter.
+//      If it has reached zero then we destroy the underlying Rust struct.
+//
+// Astute readers may observe that this all sounds very similar to the way that Rust's `Arc<T>` works,
+// and indeed it is, with the addition of a flag to guard against multiple calls to `destroy`.
+//
+// The overall effect is that the underlying Rust struct is destroyed only when `destroy` has been
+// called *and* all in-flight method calls have completed, avoiding violating any of the expectations
+// of the underlying Rust code.
+//
+// This makes a cleaner a better alternative to _not_ calling `destroy()` as
+// and when the object is finished with, but the abstraction is not perfect: if the Rust object's `drop`
+// method is slow, and/or there are many objects to cleanup, and it's on a low end Android device, then the cleaner
+// thread may be starved, and the app will leak memory.
+//
+// In this case, `destroy`ing manually may be a better solution.
+//
+// The cleaner can live side by side with the manual calling of `destroy`. In the order of responsiveness, uniffi objects
+// with Rust peers are reclaimed:
+//
+// 1. By calling the `destroy` method of the object, which calls `rustObject.free()`. If that doesn't happen:
+// 2. When the object becomes unreachable, AND the Cleaner thread gets to call `rustObject.free()`. If the thread is starved then:
+// 3. The memory is reclaimed when the process terminates.
+//
+// [1] https://stackoverflow.com/questions/24376768/can-java-finalize-an-object-when-it-is-still-in-scope/24380219
+//
+
+
+/**
  * The host's routing state: the prefix-overlap index fed by KV events, the load ledger, and
  * (in approximate mode) the router's own predictions. Thread-safe (calls are serialized).
  */
@@ -2361,6 +2720,16 @@ public interface SelectorInterface {
     fun `select`(`policy`: Policy, `request`: Request, `rows`: List<Row>): Selection
     
     /**
+     * [`Selector::select`] with an explanation of every row: whether it was a candidate or which
+     * check removed it, and for candidates each scorer's contribution and the total.
+     *
+     * # Errors
+     *
+     * As [`Selector::select`] (a failed selection's explanations are not returned).
+     */
+    fun `selectExplained`(`policy`: Policy, `request`: Request, `rows`: List<Row>): Explained
+    
+    /**
      * [`Selector::select`] for rows packed as bytes ([`PACKED_ROW_BYTES`] per row, see
      * [`packed_row_size`]): one copy instead of a field-by-field conversion of each record,
      * which is what dominates a selection from Python or the JVM.
@@ -2596,6 +2965,31 @@ open class Selector: Disposable, AutoCloseable, SelectorInterface
 
     
     /**
+     * [`Selector::select`] with an explanation of every row: whether it was a candidate or which
+     * check removed it, and for candidates each scorer's contribution and the total.
+     *
+     * # Errors
+     *
+     * As [`Selector::select`] (a failed selection's explanations are not returned).
+     */
+    @Throws(RouteException::class)override fun `selectExplained`(`policy`: Policy, `request`: Request, `rows`: List<Row>): Explained {
+            return FfiConverterTypeExplained.lift(
+    callWithHandle {
+    uniffiRustCallWithError(RouteException) { _status ->
+    UniffiLib.uniffi_route_uniffi_fn_method_selector_select_explained(
+        it,
+        
+        FfiConverterTypePolicy.lower(`policy`),
+        FfiConverterTypeRequest.lower(`request`),
+        FfiConverterSequenceTypeRow.lower(`rows`),_status)
+}
+    }
+    )
+    }
+    
+
+    
+    /**
      * [`Selector::select`] for rows packed as bytes ([`PACKED_ROW_BYTES`] per row, see
      * [`packed_row_size`]): one copy instead of a field-by-field conversion of each record,
      * which is what dominates a selection from Python or the JVM.
@@ -2750,6 +3144,53 @@ public object FfiConverterTypeCandidate: FfiConverterRustBuffer<Candidate> {
     override fun write(value: Candidate, buf: ByteBuffer) {
             FfiConverterULong.write(value.`row`, buf)
             FfiConverterDouble.write(value.`cost`, buf)
+    }
+}
+
+
+
+/**
+ * A selection and the explanation of every row.
+ */
+data class Explained (
+    /**
+     * The selection.
+     */
+    var `selection`: Selection
+    , 
+    /**
+     * One per row, in row order.
+     */
+    var `rows`: List<RowExplanation>
+    
+){
+    
+
+    
+
+    
+    companion object
+}
+
+/**
+ * @suppress
+ */
+public object FfiConverterTypeExplained: FfiConverterRustBuffer<Explained> {
+    override fun read(buf: ByteBuffer): Explained {
+        return Explained(
+            FfiConverterTypeSelection.read(buf),
+            FfiConverterSequenceTypeRowExplanation.read(buf),
+        )
+    }
+
+    override fun allocationSize(value: Explained) = (
+            FfiConverterTypeSelection.allocationSize(value.`selection`) +
+            FfiConverterSequenceTypeRowExplanation.allocationSize(value.`rows`)
+    )
+
+    override fun write(value: Explained, buf: ByteBuffer) {
+            FfiConverterTypeSelection.write(value.`selection`, buf)
+            FfiConverterSequenceTypeRowExplanation.write(value.`rows`, buf)
     }
 }
 
@@ -3380,6 +3821,85 @@ public object FfiConverterTypeRowCache: FfiConverterRustBuffer<RowCache> {
 
 
 /**
+ * One row's part in a selection.
+ */
+data class RowExplanation (
+    /**
+     * The row's index in the rows passed.
+     */
+    var `row`: kotlin.ULong
+    , 
+    /**
+     * Its worker.
+     */
+    var `worker`: Worker
+    , 
+    /**
+     * What became of it.
+     */
+    var `disposition`: Disposition
+    , 
+    /**
+     * Each scorer's contribution (empty when the row was not scored).
+     */
+    var `contributions`: List<kotlin.Double>
+    , 
+    /**
+     * The summed cost; NaN when the row was not scored.
+     */
+    var `total`: kotlin.Double
+    , 
+    /**
+     * Whether it was chosen.
+     */
+    var `chosen`: kotlin.Boolean
+    
+){
+    
+
+    
+
+    
+    companion object
+}
+
+/**
+ * @suppress
+ */
+public object FfiConverterTypeRowExplanation: FfiConverterRustBuffer<RowExplanation> {
+    override fun read(buf: ByteBuffer): RowExplanation {
+        return RowExplanation(
+            FfiConverterULong.read(buf),
+            FfiConverterTypeWorker.read(buf),
+            FfiConverterTypeDisposition.read(buf),
+            FfiConverterSequenceDouble.read(buf),
+            FfiConverterDouble.read(buf),
+            FfiConverterBoolean.read(buf),
+        )
+    }
+
+    override fun allocationSize(value: RowExplanation) = (
+            FfiConverterULong.allocationSize(value.`row`) +
+            FfiConverterTypeWorker.allocationSize(value.`worker`) +
+            FfiConverterTypeDisposition.allocationSize(value.`disposition`) +
+            FfiConverterSequenceDouble.allocationSize(value.`contributions`) +
+            FfiConverterDouble.allocationSize(value.`total`) +
+            FfiConverterBoolean.allocationSize(value.`chosen`)
+    )
+
+    override fun write(value: RowExplanation, buf: ByteBuffer) {
+            FfiConverterULong.write(value.`row`, buf)
+            FfiConverterTypeWorker.write(value.`worker`, buf)
+            FfiConverterTypeDisposition.write(value.`disposition`, buf)
+            FfiConverterSequenceDouble.write(value.`contributions`, buf)
+            FfiConverterDouble.write(value.`total`, buf)
+            FfiConverterBoolean.write(value.`chosen`, buf)
+    }
+}
+
+
+
+/**
  * A worker's projected load.
  */
 data class RowLoad (
@@ -3574,6 +4094,236 @@ public object FfiConverterTypeWorker: FfiConverterRustBuffer<Worker> {
             FfiConverterUInt.write(value.`dpRank`, buf)
     }
 }
+
+
+
+/**
+ * What became of one row in a selection.
+ */
+sealed class Disposition {
+    
+    /**
+     * A candidate: every scorer scored it.
+     */
+    object Candidate : Disposition()
+    
+    
+    /**
+     * The request was pinned to another worker.
+     */
+    object NotPinned : Disposition()
+    
+    
+    /**
+     * The row is invalid.
+     */
+    object Invalid : Disposition()
+    
+    
+    /**
+     * The worker lacks a taint the request requires.
+     */
+    object Ineligible : Disposition()
+    
+    
+    /**
+     * The host marked it overloaded.
+     */
+    object Overloaded : Disposition()
+    
+    
+    /**
+     * A filter removed it.
+     */
+    data class Filtered(
+        /**
+         * The filter's index in the policy.
+         */
+        val `filter`: kotlin.UInt) : Disposition()
+        
+    {
+        
+
+        companion object
+    }
+    
+    /**
+     * A filter removed it as overloaded.
+     */
+    data class FilterOverloaded(
+        /**
+         * The filter's index in the policy.
+         */
+        val `filter`: kotlin.UInt) : Disposition()
+        
+    {
+        
+
+        companion object
+    }
+    
+    /**
+     * A filter failed on it.
+     */
+    data class FilterFailed(
+        /**
+         * The filter's index in the policy.
+         */
+        val `filter`: kotlin.UInt) : Disposition()
+        
+    {
+        
+
+        companion object
+    }
+    
+    /**
+     * Not examined (the selection stopped before it).
+     */
+    object NotExamined : Disposition()
+    
+    
+
+    
+
+    
+    
+
+
+    companion object
+}
+
+/**
+ * @suppress
+ */
+public object FfiConverterTypeDisposition : FfiConverterRustBuffer<Disposition>{
+    override fun read(buf: ByteBuffer): Disposition {
+        return when(buf.getInt()) {
+            1 -> Disposition.Candidate
+            2 -> Disposition.NotPinned
+            3 -> Disposition.Invalid
+            4 -> Disposition.Ineligible
+            5 -> Disposition.Overloaded
+            6 -> Disposition.Filtered(
+                FfiConverterUInt.read(buf),
+                )
+            7 -> Disposition.FilterOverloaded(
+                FfiConverterUInt.read(buf),
+                )
+            8 -> Disposition.FilterFailed(
+                FfiConverterUInt.read(buf),
+                )
+            9 -> Disposition.NotExamined
+            else -> throw RuntimeException("invalid enum value, something is very wrong!!")
+        }
+    }
+
+    override fun allocationSize(value: Disposition): ULong = when(value) {
+        is Disposition.Candidate -> {
+            // Add the size for the Int that specifies the variant plus the size needed for all fields
+            (
+                4UL
+            )
+        }
+        is Disposition.NotPinned -> {
+            // Add the size for the Int that specifies the variant plus the size needed for all fields
+            (
+                4UL
+            )
+        }
+        is Disposition.Invalid -> {
+            // Add the size for the Int that specifies the variant plus the size needed for all fields
+            (
+                4UL
+            )
+        }
+        is Disposition.Ineligible -> {
+            // Add the size for the Int that specifies the variant plus the size needed for all fields
+            (
+                4UL
+            )
+        }
+        is Disposition.Overloaded -> {
+            // Add the size for the Int that specifies the variant plus the size needed for all fields
+            (
+                4UL
+            )
+        }
+        is Disposition.Filtered -> {
+            // Add the size for the Int that specifies the variant plus the size needed for all fields
+            (
+                4UL
+                + FfiConverterUInt.allocationSize(value.`filter`)
+            )
+        }
+        is Disposition.FilterOverloaded -> {
+            // Add the size for the Int that specifies the variant plus the size needed for all fields
+            (
+                4UL
+                + FfiConverterUInt.allocationSize(value.`filter`)
+            )
+        }
+        is Disposition.FilterFailed -> {
+            // Add the size for the Int that specifies the variant plus the size needed for all fields
+            (
+                4UL
+                + FfiConverterUInt.allocationSize(value.`filter`)
+            )
+        }
+        is Disposition.NotExamined -> {
+            // Add the size for the Int that specifies the variant plus the size needed for all fields
+            (
+                4UL
+            )
+        }
+    }
+
+    override fun write(value: Disposition, buf: ByteBuffer) {
+        when(value) {
+            is Disposition.Candidate -> {
+                buf.putInt(1)
+                Unit
+            }
+            is Disposition.NotPinned -> {
+                buf.putInt(2)
+                Unit
+            }
+            is Disposition.Invalid -> {
+                buf.putInt(3)
+                Unit
+            }
+            is Disposition.Ineligible -> {
+                buf.putInt(4)
+                Unit
+            }
+            is Disposition.Overloaded -> {
+                buf.putInt(5)
+                Unit
+            }
+            is Disposition.Filtered -> {
+                buf.putInt(6)
+                FfiConverterUInt.write(value.`filter`, buf)
+                Unit
+            }
+            is Disposition.FilterOverloaded -> {
+                buf.putInt(7)
+                FfiConverterUInt.write(value.`filter`, buf)
+                Unit
+            }
+            is Disposition.FilterFailed -> {
+                buf.putInt(8)
+                FfiConverterUInt.write(value.`filter`, buf)
+                Unit
+            }
+            is Disposition.NotExamined -> {
+                buf.putInt(9)
+                Unit
+            }
+        }.let { /* this makes the `when` an expression, which ensures it is exhaustive */ }
+    }
+}
+
+
 
 
 
@@ -5260,6 +6010,34 @@ public object FfiConverterSequenceTypeRow: FfiConverterRustBuffer<List<Row>> {
         buf.putInt(value.size)
         value.iterator().forEach {
             FfiConverterTypeRow.write(it, buf)
+        }
+    }
+}
+
+
+
+
+/**
+ * @suppress
+ */
+public object FfiConverterSequenceTypeRowExplanation: FfiConverterRustBuffer<List<RowExplanation>> {
+    override fun read(buf: ByteBuffer): List<RowExplanation> {
+        val len = buf.getInt()
+        return List<RowExplanation>(len) {
+            FfiConverterTypeRowExplanation.read(buf)
+        }
+    }
+
+    override fun allocationSize(value: List<RowExplanation>): ULong {
+        val sizeForLength = 4UL
+        val sizeForItems = value.map { FfiConverterTypeRowExplanation.allocationSize(it) }.sum()
+        return sizeForLength + sizeForItems
+    }
+
+    override fun write(value: List<RowExplanation>, buf: ByteBuffer) {
+        buf.putInt(value.size)
+        value.iterator().forEach {
+            FfiConverterTypeRowExplanation.write(it, buf)
         }
     }
 }
