@@ -1,0 +1,86 @@
+//! One selection of each builtin type of the catalog at 64 and 1,024 candidates (the shared
+//! benchmark fleet, a 2,048-token prompt), and `select_explained` for one of them. Medians are
+//! recorded in `benches/RESULTS.md`; the counting-allocator test in `core/tests/no_alloc.rs`
+//! proves none of them allocates.
+
+use std::hint::black_box;
+use std::time::Duration;
+
+use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
+use libroute_benches::bench_fleet;
+use libroute_core::catalog_config::PolicyConfig;
+use libroute_core::{Explanation, Request, Selector};
+
+const TYPES: [(&str, &str); 10] = [
+    ("default", r#"{"type": "default"}"#),
+    ("round_robin", r#"{"type": "round_robin"}"#),
+    ("random", r#"{"type": "random"}"#),
+    ("power_of_two", r#"{"type": "power_of_two"}"#),
+    ("least_loaded", r#"{"type": "least_loaded"}"#),
+    ("dynamo_two_tier", r#"{"type": "dynamo_two_tier"}"#),
+    ("sglang_cache_aware", r#"{"type": "sglang_cache_aware"}"#),
+    ("llm_d", r#"{"type": "llm_d", "kv_capacity_blocks": 4096}"#),
+    (
+        "session_affinity",
+        r#"{"type": "composed", "scorers": [{"type": "session_affinity", "weight": 10}, {"type": "least_loaded"}]}"#,
+    ),
+    (
+        "filters",
+        r#"{"type": "least_loaded", "filters": [{"type": "overload", "max_requests": 11},
+            {"type": "require_taints", "taints": []}]}"#,
+    ),
+];
+
+fn catalog(c: &mut Criterion) {
+    let request = Request::new(2048, 16).session(12_345);
+    let mut selector = Box::new(Selector::<1024>::new());
+    for (name, json) in TYPES {
+        let policy = serde_json::from_str::<PolicyConfig>(json)
+            .unwrap()
+            .build()
+            .unwrap();
+        let mut group = c.benchmark_group(format!("catalog/{name}"));
+        group.warm_up_time(Duration::from_millis(500));
+        group.measurement_time(Duration::from_secs(2));
+        for n in [64, 1024] {
+            let rows = bench_fleet(n);
+            group.throughput(Throughput::Elements(n));
+            group.bench_with_input(BenchmarkId::from_parameter(n), &rows, |b, rows| {
+                b.iter(|| {
+                    policy
+                        .select(&mut selector, black_box(&request), black_box(rows))
+                        .unwrap()
+                });
+            });
+        }
+        group.finish();
+    }
+    let policy = serde_json::from_str::<PolicyConfig>(TYPES[9].1)
+        .unwrap()
+        .build()
+        .unwrap();
+    let mut out = vec![Explanation::EMPTY; 1024];
+    let mut group = c.benchmark_group("catalog/explained-filters");
+    group.warm_up_time(Duration::from_millis(500));
+    group.measurement_time(Duration::from_secs(2));
+    for n in [64, 1024] {
+        let rows = bench_fleet(n);
+        group.throughput(Throughput::Elements(n));
+        group.bench_with_input(BenchmarkId::from_parameter(n), &rows, |b, rows| {
+            b.iter(|| {
+                policy
+                    .select_explained(
+                        &mut selector,
+                        black_box(&request),
+                        black_box(rows),
+                        &mut out,
+                    )
+                    .unwrap()
+            });
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, catalog);
+criterion_main!(benches);
