@@ -51,6 +51,8 @@ fn abi(c: &mut Criterion) {
         preferred_taints_len: 0,
         shared_hits: ptr::null(),
         shared_hits_len: 0,
+        has_session: 0,
+        session: 0,
     };
     let mut c_policy = ptr::null_mut();
     let mut c_selector = ptr::null_mut();

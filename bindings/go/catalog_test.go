@@ -101,3 +101,36 @@ func TestPolicySetRoles(t *testing.T) {
 		t.Errorf("unknown instance: %v", err)
 	}
 }
+
+func TestSessionAffinityThroughTheABI(t *testing.T) {
+	p, _ := NewPolicy(`{"type": "composed", "scorers": [{"type": "session_affinity", "weight": 100}, {"type": "least_loaded"}]}`)
+	defer p.Close()
+	s, _ := NewSelector(16, 1)
+	defer s.Close()
+	rows := make([]Row, 8)
+	for i := range rows {
+		rows[i] = catalogRow(uint64(i+1), 0, uint64(i))
+	}
+	owners := map[uint64]bool{}
+	for session := uint64(0); session < 20; session++ {
+		req := Request{PromptTokens: 160, BlockSize: 16, Role: RoleAggregated, Session: &session}
+		first, err := s.Select(p, &req, rows)
+		if err != nil {
+			t.Fatal(err)
+		}
+		again, _ := s.Select(p, &req, rows)
+		if first.Worker != again.Worker {
+			t.Fatalf("session %d moved from %v to %v", session, first.Worker, again.Worker)
+		}
+		owners[first.Worker.ID] = true
+	}
+	// Without the session every request goes to the least loaded worker (1); with sessions
+	// they spread over several owners.
+	if len(owners) < 3 {
+		t.Errorf("20 sessions landed on only %d workers", len(owners))
+	}
+	req := Request{PromptTokens: 160, BlockSize: 16, Role: RoleAggregated}
+	if sel, _ := s.Select(p, &req, rows); sel.Worker.ID != 1 {
+		t.Errorf("no session: worker %d", sel.Worker.ID)
+	}
+}

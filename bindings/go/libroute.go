@@ -258,6 +258,8 @@ type Request struct {
 	PreferredTaints    []PreferredTaint
 	// SharedHits, when not nil, are sorted, disjoint block ranges found in a shared cache.
 	SharedHits []BlockRange
+	// Session, when not nil, is the conversation the request belongs to (session affinity).
+	Session *uint64
 }
 
 // Reason says why a row was chosen.
@@ -371,6 +373,10 @@ func (s *Selector) cRequest(req *Request, pinner *runtime.Pinner) *C.libroute_re
 	c.conditional_disagg = boolByte(req.ConditionalDisagg)
 	c.has_tier_matches = boolByte(req.HasTierMatches)
 	c.required_taints = C.uint64_t(req.RequiredTaints)
+	if req.Session != nil {
+		c.has_session = 1
+		c.session = C.uint64_t(*req.Session)
+	}
 	if req.Pin != nil {
 		c.has_pin = 1
 		c.pin = C.libroute_worker{worker_id: C.uint64_t(req.Pin.ID), dp_rank: C.uint32_t(req.Pin.DPRank)}

@@ -197,6 +197,11 @@ pub struct libroute_request {
     pub shared_hits: *const libroute_block_range,
     /// Number of shared-hit ranges.
     pub shared_hits_len: usize,
+    /// Whether `session` is set.
+    pub has_session: u8,
+    /// The conversation or session the request belongs to, when `has_session` is 1 (read by
+    /// the catalog's session-affinity scorer).
+    pub session: u64,
 }
 
 /// Why the chosen row was chosen.
@@ -1163,6 +1168,7 @@ unsafe fn core_request<'a>(
     let tier_matches = flag(request.has_tier_matches, "has_tier_matches")?;
     let has_pin = flag(request.has_pin, "has_pin")?;
     let has_shared = flag(request.has_shared_hits, "has_shared_hits")?;
+    let has_session = flag(request.has_session, "has_session")?;
     // SAFETY: valid for their lengths by this function's contract; `libroute_block_range` has
     // `BlockRange`'s layout (checked at compile time).
     let (c_preferred, c_hits) = unsafe {
@@ -1211,6 +1217,9 @@ unsafe fn core_request<'a>(
     }
     if has_pin {
         core = core.pin(WorkerKey::new(request.pin.worker_id, request.pin.dp_rank));
+    }
+    if has_session {
+        core = core.session(request.session);
     }
     Ok(core)
 }

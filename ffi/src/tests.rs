@@ -46,6 +46,8 @@ fn request(prompt: u64) -> libroute_request {
         preferred_taints_len: 0,
         shared_hits: ptr::null(),
         shared_hits_len: 0,
+        has_session: 0,
+        session: 0,
     }
 }
 

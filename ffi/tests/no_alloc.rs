@@ -104,6 +104,8 @@ fn warm_abi_selections_do_not_allocate() {
         preferred_taints_len: 1,
         shared_hits: ptr::null(),
         shared_hits_len: 0,
+        has_session: 0,
+        session: 0,
     };
     let scorer = libroute_scorer {
         callback: Some(per_request),

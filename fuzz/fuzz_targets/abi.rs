@@ -93,6 +93,9 @@ fuzz_target!(|data: &[u8]| {
         preferred_taints_len: preferred.len(),
         shared_hits: if hits.is_empty() { ptr::null() } else { hits.as_ptr() },
         shared_hits_len: hits.len(),
+        // 2 must be rejected (a boolean other than 0 or 1), never read as true.
+        has_session: input.bools[0].wrapping_add(input.bools[4]) % 3,
+        session: input.required_taints.rotate_left(17),
     };
     let mut contributions = vec![f64::NAN; usize::from(input.contributions_len % 10)];
     for _ in 0..=input.repeat % 4 {

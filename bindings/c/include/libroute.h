@@ -698,6 +698,15 @@ typedef struct libroute_request {
    * Number of shared-hit ranges.
    */
   size_t shared_hits_len;
+  /**
+   * Whether `session` is set.
+   */
+  uint8_t has_session;
+  /**
+   * The conversation or session the request belongs to, when `has_session` is 1 (read by
+   * the catalog's session-affinity scorer).
+   */
+  uint64_t session;
 } libroute_request;
 
 /**

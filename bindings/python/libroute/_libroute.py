@@ -2117,12 +2117,37 @@ class _UniffiFfiConverterOptionalTypeWorker(_UniffiConverterRustBuffer):
         else:
             raise InternalError("Unexpected flag byte for optional type")
 
+class _UniffiFfiConverterOptionalUInt64(_UniffiConverterRustBuffer):
+    @classmethod
+    def check_lower(cls, value):
+        if value is not None:
+            _UniffiFfiConverterUInt64.check_lower(value)
+
+    @classmethod
+    def write(cls, value, buf):
+        if value is None:
+            buf.write_u8(0)
+            return
+
+        buf.write_u8(1)
+        _UniffiFfiConverterUInt64.write(value, buf)
+
+    @classmethod
+    def read(cls, buf):
+        flag = buf.read_u8()
+        if flag == 0:
+            return None
+        elif flag == 1:
+            return _UniffiFfiConverterUInt64.read(buf)
+        else:
+            raise InternalError("Unexpected flag byte for optional type")
+
 @dataclass
 class Request:
     """
     One request to route.
 """
-    def __init__(self, *, prompt_tokens:int, block_size:int, role:Role, track_prefill_tokens:bool = True, conditional_disagg:bool = False, has_tier_matches:bool = False, required_taints:int = 0, preferred_taints:typing.List[PreferredTaint] = _DEFAULT, shared_hits:typing.Optional[typing.List[BlockRange]] = _DEFAULT, pin:typing.Optional[Worker] = _DEFAULT):
+    def __init__(self, *, prompt_tokens:int, block_size:int, role:Role, track_prefill_tokens:bool = True, conditional_disagg:bool = False, has_tier_matches:bool = False, required_taints:int = 0, preferred_taints:typing.List[PreferredTaint] = _DEFAULT, shared_hits:typing.Optional[typing.List[BlockRange]] = _DEFAULT, pin:typing.Optional[Worker] = _DEFAULT, session:typing.Optional[int] = _DEFAULT):
         self.prompt_tokens = prompt_tokens
         self.block_size = block_size
         self.role = role
@@ -2142,12 +2167,16 @@ class Request:
             self.pin = None
         else:
             self.pin = pin
+        if session is _DEFAULT:
+            self.session = None
+        else:
+            self.session = session
         
         
 
     
     def __str__(self):
-        return "Request(prompt_tokens={}, block_size={}, role={}, track_prefill_tokens={}, conditional_disagg={}, has_tier_matches={}, required_taints={}, preferred_taints={}, shared_hits={}, pin={})".format(self.prompt_tokens, self.block_size, self.role, self.track_prefill_tokens, self.conditional_disagg, self.has_tier_matches, self.required_taints, self.preferred_taints, self.shared_hits, self.pin)
+        return "Request(prompt_tokens={}, block_size={}, role={}, track_prefill_tokens={}, conditional_disagg={}, has_tier_matches={}, required_taints={}, preferred_taints={}, shared_hits={}, pin={}, session={})".format(self.prompt_tokens, self.block_size, self.role, self.track_prefill_tokens, self.conditional_disagg, self.has_tier_matches, self.required_taints, self.preferred_taints, self.shared_hits, self.pin, self.session)
     def __eq__(self, other):
         if self.prompt_tokens != other.prompt_tokens:
             return False
@@ -2169,6 +2198,8 @@ class Request:
             return False
         if self.pin != other.pin:
             return False
+        if self.session != other.session:
+            return False
         return True
 
 class _UniffiFfiConverterTypeRequest(_UniffiConverterRustBuffer):
@@ -2185,6 +2216,7 @@ class _UniffiFfiConverterTypeRequest(_UniffiConverterRustBuffer):
             preferred_taints=_UniffiFfiConverterSequenceTypePreferredTaint.read(buf),
             shared_hits=_UniffiFfiConverterOptionalSequenceTypeBlockRange.read(buf),
             pin=_UniffiFfiConverterOptionalTypeWorker.read(buf),
+            session=_UniffiFfiConverterOptionalUInt64.read(buf),
         )
 
     @staticmethod
@@ -2199,6 +2231,7 @@ class _UniffiFfiConverterTypeRequest(_UniffiConverterRustBuffer):
         _UniffiFfiConverterSequenceTypePreferredTaint.check_lower(value.preferred_taints)
         _UniffiFfiConverterOptionalSequenceTypeBlockRange.check_lower(value.shared_hits)
         _UniffiFfiConverterOptionalTypeWorker.check_lower(value.pin)
+        _UniffiFfiConverterOptionalUInt64.check_lower(value.session)
 
     @staticmethod
     def write(value, buf):
@@ -2212,6 +2245,7 @@ class _UniffiFfiConverterTypeRequest(_UniffiConverterRustBuffer):
         _UniffiFfiConverterSequenceTypePreferredTaint.write(value.preferred_taints, buf)
         _UniffiFfiConverterOptionalSequenceTypeBlockRange.write(value.shared_hits, buf)
         _UniffiFfiConverterOptionalTypeWorker.write(value.pin, buf)
+        _UniffiFfiConverterOptionalUInt64.write(value.session, buf)
 
 @dataclass
 class RowCache:

@@ -75,3 +75,19 @@ def test_catalog_configuration_errors_name_what_is_wrong():
         libroute.Policy('{"type": "power_of_two", "k": 0}')
     with pytest.raises(libroute.RouteError.InvalidKnob, match="nope"):
         libroute.PolicySet('{"roles": {"decode": "nope"}}')
+
+
+def test_session_affinity_through_the_abi():
+    policy = libroute.Policy(
+        '{"type": "composed", "scorers": [{"type": "session_affinity", "weight": 100}, {"type": "least_loaded"}]}'
+    )
+    selector = libroute.Selector(16, 1)
+    rows = [row(i + 1, 0, i) for i in range(8)]
+    owners = set()
+    for session in range(20):
+        req = libroute.Request(prompt_tokens=160, block_size=16, role=libroute.Role.AGGREGATED, session=session)
+        first = selector.select(policy, req, rows).worker
+        assert selector.select(policy, req, rows).worker == first
+        owners.add(first.worker_id)
+    assert len(owners) >= 3
+    assert selector.select(policy, REQUEST, rows).worker.worker_id == 1

@@ -280,6 +280,9 @@ pub struct Request {
     /// The worker the request must go to.
     #[uniffi(default = None)]
     pub pin: Option<Worker>,
+    /// The conversation or session it belongs to (for session affinity).
+    #[uniffi(default = None)]
+    pub session: Option<u64>,
 }
 
 /// A worker's cached prefix of the request, per tier.
@@ -589,6 +592,8 @@ impl CRequest {
             preferred_taints_len: preferred.len(),
             shared_hits: null(),
             shared_hits_len: hits.len(),
+            has_session: u8::from(r.session.is_some()),
+            session: r.session.unwrap_or(0),
         };
         CRequest {
             preferred,

@@ -2033,6 +2033,10 @@ public struct Request: Equatable, Hashable {
      * The worker the request must go to.
      */
     public var pin: Worker?
+    /**
+     * The conversation or session it belongs to (for session affinity).
+     */
+    public var session: UInt64?
 
     // Default memberwise initializers are never public by default, so we
     // declare one manually.
@@ -2066,7 +2070,10 @@ public struct Request: Equatable, Hashable {
          */sharedHits: [BlockRange]? = nil, 
         /**
          * The worker the request must go to.
-         */pin: Worker? = nil) {
+         */pin: Worker? = nil, 
+        /**
+         * The conversation or session it belongs to (for session affinity).
+         */session: UInt64? = nil) {
         self.promptTokens = promptTokens
         self.blockSize = blockSize
         self.role = role
@@ -2077,6 +2084,7 @@ public struct Request: Equatable, Hashable {
         self.preferredTaints = preferredTaints
         self.sharedHits = sharedHits
         self.pin = pin
+        self.session = session
     }
 
     
@@ -2104,7 +2112,8 @@ public struct FfiConverterTypeRequest: FfiConverterRustBuffer {
                 requiredTaints: FfiConverterUInt64.read(from: &buf), 
                 preferredTaints: FfiConverterSequenceTypePreferredTaint.read(from: &buf), 
                 sharedHits: FfiConverterOptionSequenceTypeBlockRange.read(from: &buf), 
-                pin: FfiConverterOptionTypeWorker.read(from: &buf)
+                pin: FfiConverterOptionTypeWorker.read(from: &buf), 
+                session: FfiConverterOptionUInt64.read(from: &buf)
         )
     }
 
@@ -2119,6 +2128,7 @@ public struct FfiConverterTypeRequest: FfiConverterRustBuffer {
         FfiConverterSequenceTypePreferredTaint.write(value.preferredTaints, into: &buf)
         FfiConverterOptionSequenceTypeBlockRange.write(value.sharedHits, into: &buf)
         FfiConverterOptionTypeWorker.write(value.pin, into: &buf)
+        FfiConverterOptionUInt64.write(value.session, into: &buf)
     }
 }
 
@@ -4333,6 +4343,30 @@ public func FfiConverterTypeTier_lower(_ value: Tier) -> RustBuffer {
     return FfiConverterTypeTier.lower(value)
 }
 
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+fileprivate struct FfiConverterOptionUInt64: FfiConverterRustBuffer {
+    typealias SwiftType = UInt64?
+
+    public static func write(_ value: SwiftType, into buf: inout [UInt8]) {
+        guard let value = value else {
+            writeInt(&buf, Int8(0))
+            return
+        }
+        writeInt(&buf, Int8(1))
+        FfiConverterUInt64.write(value, into: &buf)
+    }
+
+    public static func read(from buf: inout (data: Data, offset: Data.Index)) throws -> SwiftType {
+        switch try readInt(&buf) as Int8 {
+        case 0: return nil
+        case 1: return try FfiConverterUInt64.read(from: &buf)
+        default: throw UniffiInternalError.unexpectedOptionalTag
+        }
+    }
+}
 
 #if swift(>=5.8)
 @_documentation(visibility: private)

@@ -3351,6 +3351,11 @@ data class Request (
      * The worker the request must go to.
      */
     var `pin`: Worker? = null 
+    , 
+    /**
+     * The conversation or session it belongs to (for session affinity).
+     */
+    var `session`: kotlin.ULong? = null 
     
 ){
     
@@ -3377,6 +3382,7 @@ public object FfiConverterTypeRequest: FfiConverterRustBuffer<Request> {
             FfiConverterSequenceTypePreferredTaint.read(buf),
             FfiConverterOptionalSequenceTypeBlockRange.read(buf),
             FfiConverterOptionalTypeWorker.read(buf),
+            FfiConverterOptionalULong.read(buf),
         )
     }
 
@@ -3390,7 +3396,8 @@ public object FfiConverterTypeRequest: FfiConverterRustBuffer<Request> {
             FfiConverterULong.allocationSize(value.`requiredTaints`) +
             FfiConverterSequenceTypePreferredTaint.allocationSize(value.`preferredTaints`) +
             FfiConverterOptionalSequenceTypeBlockRange.allocationSize(value.`sharedHits`) +
-            FfiConverterOptionalTypeWorker.allocationSize(value.`pin`)
+            FfiConverterOptionalTypeWorker.allocationSize(value.`pin`) +
+            FfiConverterOptionalULong.allocationSize(value.`session`)
     )
 
     override fun write(value: Request, buf: ByteBuffer) {
@@ -3404,6 +3411,7 @@ public object FfiConverterTypeRequest: FfiConverterRustBuffer<Request> {
             FfiConverterSequenceTypePreferredTaint.write(value.`preferredTaints`, buf)
             FfiConverterOptionalSequenceTypeBlockRange.write(value.`sharedHits`, buf)
             FfiConverterOptionalTypeWorker.write(value.`pin`, buf)
+            FfiConverterOptionalULong.write(value.`session`, buf)
     }
 }
 
@@ -5717,6 +5725,38 @@ public object FfiConverterTypeTier: FfiConverterRustBuffer<Tier> {
 }
 
 
+
+
+
+
+/**
+ * @suppress
+ */
+public object FfiConverterOptionalULong: FfiConverterRustBuffer<kotlin.ULong?> {
+    override fun read(buf: ByteBuffer): kotlin.ULong? {
+        if (buf.get().toInt() == 0) {
+            return null
+        }
+        return FfiConverterULong.read(buf)
+    }
+
+    override fun allocationSize(value: kotlin.ULong?): ULong {
+        if (value == null) {
+            return 1UL
+        } else {
+            return 1UL + FfiConverterULong.allocationSize(value)
+        }
+    }
+
+    override fun write(value: kotlin.ULong?, buf: ByteBuffer) {
+        if (value == null) {
+            buf.put(0)
+        } else {
+            buf.put(1)
+            FfiConverterULong.write(value, buf)
+        }
+    }
+}
 
 
 
