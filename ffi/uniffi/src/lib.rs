@@ -1647,6 +1647,7 @@ mod tests {
             preferred_taints: Vec::new(),
             shared_hits: None,
             pin: None,
+            session: None,
         }
     }
 
@@ -1882,6 +1883,7 @@ mod packed {
             preferred_taints: Vec::new(),
             shared_hits: None,
             pin: None,
+            session: None,
         };
         let (a, b) = (Selector::new(64, 1).unwrap(), Selector::new(64, 1).unwrap());
         for _ in 0..20 {
