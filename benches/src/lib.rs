@@ -7,6 +7,8 @@
 
 use libroute_core::{Cache, Load, Row, WorkerKey};
 
+pub mod sim;
+
 /// The benchmark fleet: `n` workers with one rank each, an approximate-mode cache estimate
 /// (no tier maps) and a load projection, so costs mostly differ with a few ties, as in a busy
 /// deployment.
