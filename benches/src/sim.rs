@@ -841,18 +841,17 @@ pub fn svg_lines(title: &str, series: &[(String, Vec<(f64, f64)>)]) -> String {
     let y1 = y1.max(f64::MIN_POSITIVE) * 1.05;
     let px = |x: f64| left + width * (x - x0) / (x1 - x0);
     let py = |y: f64| top + height - height * y / y1;
+    let (bottom, right) = (top + height, left + width);
     let mut s = format!(
         "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{:.0}\" height=\"{:.0}\" \
          font-family=\"sans-serif\" font-size=\"12\">\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n\
          <text x=\"10\" y=\"22\" font-size=\"14\">{}</text>\n\
-         <line x1=\"{left}\" y1=\"{0:.0}\" x2=\"{1:.0}\" y2=\"{0:.0}\" stroke=\"black\"/>\n\
-         <line x1=\"{left}\" y1=\"{top}\" x2=\"{left}\" y2=\"{0:.0}\" stroke=\"black\"/>\n",
-        left + width + 170.0,
-        top + height + 50.0,
+         <line x1=\"{left}\" y1=\"{bottom}\" x2=\"{right}\" y2=\"{bottom}\" stroke=\"black\"/>\n\
+         <line x1=\"{left}\" y1=\"{top}\" x2=\"{left}\" y2=\"{bottom}\" stroke=\"black\"/>\n",
+        right + 170.0,
+        bottom + 50.0,
         escape(title),
-    )
-    .replace("{0:.0}", &format!("{:.0}", top + height))
-    .replace("{1:.0}", &format!("{:.0}", left + width));
+    );
     for tick in 0..=4 {
         let y = y1 * f64::from(tick) / 4.0;
         let _ = writeln!(

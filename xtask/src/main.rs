@@ -555,6 +555,20 @@ fn ci() -> Result {
             "demo",
             Box::new(|| cargo(&["run", "--quiet", "-p", "libroute-benches", "--bin", "demo"])),
         ),
+        (
+            "replay (the main command, built-in workload)",
+            Box::new(|| {
+                cargo(&[
+                    "run",
+                    "--quiet",
+                    "--release",
+                    "-p",
+                    "libroute-benches",
+                    "--bin",
+                    "replay",
+                ])
+            }),
+        ),
     ];
     let started = Instant::now();
     let mut passed = 0;

@@ -254,7 +254,7 @@ fn run() -> Result<(), String> {
         write(
             "hit-rate.svg",
             sim::svg_bars(
-                "Prompt tokens served from cache (%)",
+                &format!("Prompt tokens served from cache (%), load x{last}"),
                 &at.iter()
                     .map(|r| (r.policy.clone(), 100.0 * r.hit_rate))
                     .collect::<Vec<_>>(),
@@ -264,7 +264,7 @@ fn run() -> Result<(), String> {
         write(
             "ttft-p90.svg",
             sim::svg_bars(
-                "TTFT p90 (ms)",
+                &format!("TTFT p90 (ms), load x{last}"),
                 &at.iter()
                     .map(|r| (r.policy.clone(), r.ttft_p90_ms))
                     .collect::<Vec<_>>(),
