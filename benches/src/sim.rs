@@ -50,6 +50,8 @@ pub struct TraceRequest {
     pub output_tokens: u64,
     /// Chained block hashes of the prompt, one per `block_tokens` tokens.
     pub blocks: Vec<u64>,
+    /// The conversation it belongs to, when the workload knows (for session affinity).
+    pub session: Option<u64>,
 }
 
 /// A workload: requests in arrival order and their block size.
@@ -90,6 +92,7 @@ pub fn parse_mooncake(text: &str, block_tokens: u32) -> Result<Trace, String> {
             input_tokens: l.input_length,
             output_tokens: l.output_length,
             blocks: l.hash_ids,
+            session: None,
         });
     }
     requests.sort_by(|a, b| a.arrival_ms.total_cmp(&b.arrival_ms));
@@ -186,6 +189,7 @@ impl Synthetic {
                 input_tokens: blocks.len() as u64 * u64::from(self.block_tokens),
                 output_tokens: output,
                 blocks,
+                session: Some(conversation),
             });
         }
         Trace {
@@ -414,7 +418,10 @@ pub fn replay(
                 for row in &mut rows {
                     *row = Row::new(row.worker);
                 }
-                let request = Request::new(r.input_tokens.max(1), trace.block_tokens);
+                let mut request = Request::new(r.input_tokens.max(1), trace.block_tokens);
+                if let Some(session) = r.session {
+                    request = request.session(session);
+                }
                 let selection = if fleet.approximate {
                     router.route_predicting(
                         &mut predictions,
@@ -699,6 +706,12 @@ pub fn builtin_policies(fleet: &Fleet) -> Vec<(String, String)> {
             ),
         ),
         ("least_loaded", r#"{"type": "least_loaded"}"#.to_owned()),
+        (
+            "session_affinity",
+            r#"{"type": "composed", "scorers": [{"type": "session_affinity", "weight": 1000},
+                {"type": "least_loaded"}]}"#
+                .to_owned(),
+        ),
         (
             "power_of_two",
             r#"{"type": "power_of_two", "seed": 1}"#.to_owned(),

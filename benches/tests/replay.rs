@@ -22,6 +22,7 @@ fn req(at: f64, blocks: &[u64], output: u64) -> TraceRequest {
         input_tokens: blocks.len() as u64 * 10,
         output_tokens: output,
         blocks: blocks.to_vec(),
+        session: None,
     }
 }
 
