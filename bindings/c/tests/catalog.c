@@ -141,7 +141,54 @@ static void test_bad_configurations(void) {
   libroute_policy_set_free(NULL);
 }
 
+static void test_every_builtin_round_trips(void) {
+  static const char *types[] = {
+      "{\"type\": \"default\", \"temperature\": 0.5, \"seed\": 1}",
+      "{\"type\": \"round_robin\"}",
+      "{\"type\": \"random\", \"seed\": 3}",
+      "{\"type\": \"power_of_two\", \"k\": 3, \"metric\": \"active_blocks\"}",
+      "{\"type\": \"least_loaded\", \"metric\": \"prefill_tokens\"}",
+      "{\"type\": \"dynamo_two_tier\", \"spread\": 16, \"ratio\": 1.2, \"coverage\": 0.4}",
+      "{\"type\": \"sglang_cache_aware\", \"abs_threshold\": 32, \"rel_threshold\": 2, \"match_threshold\": 0.2}",
+      "{\"type\": \"llm_d\", \"prefix_weight\": 2, \"kv_capacity_blocks\": 100, \"host_credit\": 0.7}",
+      "{\"type\": \"composed\", \"filters\": [{\"type\": \"allow_list\", \"workers\": [1, 2, 3]},"
+      " {\"type\": \"require_taints\", \"taints\": []}, {\"type\": \"overload\", \"max_active_blocks\": 500}],"
+      " \"scorers\": [{\"type\": \"default\", \"knobs\": {\"prefill_load_scale\": 2}},"
+      " {\"type\": \"prefix\", \"weight\": 3}, {\"type\": \"kv_utilization\", \"capacity_blocks\": 64},"
+      " {\"type\": \"queue\"}, {\"type\": \"session_affinity\"}, {\"type\": \"least_loaded\"},"
+      " {\"type\": \"dynamo_two_tier\"}, {\"type\": \"sglang_cache_aware\"}],"
+      " \"picker\": {\"type\": \"power_of_choices\", \"k\": 2}, \"seed\": 9}",
+  };
+  libroute_row rows[3];
+  libroute_request req = request();
+  libroute_selection sel;
+  libroute_selector *s = NULL;
+  size_t i;
+  rows[0] = row(1, 2, 10);
+  rows[1] = row(2, 6, 12);
+  rows[2] = row(3, 0, 40);
+  req.has_session = 1;
+  req.session = 77;
+  EXPECT_STATUS(libroute_selector_new(8, 1, &s), LIBROUTE_STATUS_OK);
+  for (i = 0; i < sizeof types / sizeof types[0]; i++) {
+    libroute_policy *p = NULL;
+    EXPECT_STATUS(policy(types[i], &p), LIBROUTE_STATUS_OK);
+    EXPECT_STATUS(libroute_select(p, s, &req, rows, 3, &sel, NULL, 0), LIBROUTE_STATUS_OK);
+    CHECK(sel.worker.worker_id >= 1 && sel.worker.worker_id <= 3, types[i]);
+    libroute_policy_free(p);
+  }
+  req.has_session = 2;
+  {
+    libroute_policy *p = NULL;
+    policy("{\"type\": \"random\"}", &p);
+    EXPECT_STATUS(libroute_select(p, s, &req, rows, 3, &sel, NULL, 0), LIBROUTE_STATUS_INVALID_ARGUMENT);
+    libroute_policy_free(p);
+  }
+  libroute_selector_free(s);
+}
+
 int main(void) {
+  test_every_builtin_round_trips();
   test_dynamo_two_tier_explained();
   test_policy_set_roles();
   test_bad_configurations();
