@@ -97,6 +97,23 @@ fn load_range(candidates: &Candidates<'_>, metric: LoadMetric) -> (u64, u64) {
         .fold((u64::MAX, 0), |(lo, hi), x| (lo.min(x), hi.max(x)))
 }
 
+/// The decision Dynamo's two-tier rule and `SGLang`'s cache-aware policy share: by active
+/// requests when they are imbalanced by `(spread, ratio)` or the best device overlap covers at
+/// most `share` of the request, else toward that overlap.
+fn two_mode(
+    request: &RequestView<'_>,
+    candidates: &Candidates<'_>,
+    costs: &mut [f64],
+    (spread, ratio): (u64, f64),
+    share: f64,
+) {
+    let metric = LoadMetric::ActiveRequests;
+    let (lo, hi) = load_range(candidates, metric);
+    let (best, covers) = best_overlap(request, candidates, share);
+    let by_load = imbalanced(lo, hi, spread, ratio) || !covers;
+    decide(candidates, costs, metric, by_load, best);
+}
+
 /// Writes the cost of a two-mode decision: by load, or toward the largest device overlap.
 fn decide(
     candidates: &Candidates<'_>,
@@ -172,11 +189,13 @@ impl Scorer for DynamoTwoTier {
         candidates: &Candidates<'_>,
         costs: &mut [f64],
     ) -> Result<(), ComponentError> {
-        let metric = LoadMetric::ActiveRequests;
-        let (lo, hi) = load_range(candidates, metric);
-        let (best, covers) = best_overlap(request, candidates, self.coverage);
-        let by_load = imbalanced(lo, hi, self.spread, self.ratio) || !covers;
-        decide(candidates, costs, metric, by_load, best);
+        two_mode(
+            request,
+            candidates,
+            costs,
+            (self.spread, self.ratio),
+            self.coverage,
+        );
         Ok(())
     }
 }
@@ -222,11 +241,13 @@ impl Scorer for SglangCacheAware {
         candidates: &Candidates<'_>,
         costs: &mut [f64],
     ) -> Result<(), ComponentError> {
-        let metric = LoadMetric::ActiveRequests;
-        let (lo, hi) = load_range(candidates, metric);
-        let (best, covers) = best_overlap(request, candidates, self.match_threshold);
-        let by_load = imbalanced(lo, hi, self.abs_threshold, self.rel_threshold) || !covers;
-        decide(candidates, costs, metric, by_load, best);
+        two_mode(
+            request,
+            candidates,
+            costs,
+            (self.abs_threshold, self.rel_threshold),
+            self.match_threshold,
+        );
         Ok(())
     }
 }
