@@ -1034,6 +1034,55 @@ pub(crate) fn select_error(e: &SelectError) -> libroute_status {
     }
 }
 
+/// The handles and arrays every selecting function reads, checked for NULL.
+///
+/// # Errors
+///
+/// `NULL_ARGUMENT` naming the argument.
+///
+/// # Safety
+///
+/// As `libroute_select` for `policy`, `selector`, `request` and `rows`; the returned references
+/// must not outlive the call that received the pointers.
+unsafe fn selection_args<'a>(
+    policy: *const libroute_policy,
+    selector: *mut libroute_selector,
+    request: *const libroute_request,
+    rows: *const libroute_row,
+    rows_len: usize,
+) -> Result<
+    (
+        &'a AbiPolicy,
+        &'a mut SelectorBox,
+        &'a libroute_request,
+        &'a [Row],
+    ),
+    libroute_status,
+> {
+    if request.is_null() {
+        return Err(fail(libroute_status::NullArgument, "request is NULL"));
+    }
+    // SAFETY: NULL or live by contract.
+    let Some(policy) = (unsafe { policy_ref(policy) }) else {
+        return Err(fail(libroute_status::NullArgument, "policy is NULL"));
+    };
+    // SAFETY: NULL or a live `SelectorBox` not used concurrently, by contract.
+    let Some(selector) = (unsafe { selector.cast::<SelectorBox>().as_mut() }) else {
+        return Err(fail(libroute_status::NullArgument, "selector is NULL"));
+    };
+    // SAFETY: non-NULL (checked) and valid by contract.
+    let request = unsafe { &*request };
+    // SAFETY: `rows` holds `rows_len` rows by contract; `libroute_row` has `Row`'s layout and every
+    // bit pattern is a valid `Row`, so the cast reads the host's memory in place.
+    let Some(rows) = (unsafe { slice(rows.cast::<Row>(), rows_len) }) else {
+        return Err(fail(
+            libroute_status::NullArgument,
+            "rows is NULL with a non-zero length",
+        ));
+    };
+    Ok((policy, selector, request, rows))
+}
+
 /// Selects one row for `request` among `rows[0..rows_len]` (read in place). On success writes
 /// `*out`, and, when `contributions` is not NULL, each scorer's contribution to the chosen row's
 /// cost (the default cost first, then custom scorers) into `contributions[0..out->scorers]`.
@@ -1062,25 +1111,12 @@ pub unsafe extern "C" fn libroute_select(
 ) -> libroute_status {
     boundary(|| {
         non_null!(out, "out");
-        non_null!(request, "request");
-        // SAFETY: NULL or live by contract.
-        let Some(policy) = (unsafe { policy_ref(policy) }) else {
-            return fail(libroute_status::NullArgument, "policy is NULL");
-        };
-        // SAFETY: NULL or a live `SelectorBox` not used concurrently, by contract.
-        let Some(selector) = (unsafe { selector.cast::<SelectorBox>().as_mut() }) else {
-            return fail(libroute_status::NullArgument, "selector is NULL");
-        };
-        // SAFETY: non-NULL and valid by contract.
-        let request = unsafe { &*request };
-        // SAFETY: `rows` holds `rows_len` rows by contract; `libroute_row` has `Row`'s layout and
-        // every bit pattern is a valid `Row`, so the cast reads the host's memory in place.
-        let Some(rows) = (unsafe { slice(rows.cast::<Row>(), rows_len) }) else {
-            return fail(
-                libroute_status::NullArgument,
-                "rows is NULL with a non-zero length",
-            );
-        };
+        // SAFETY: forwarded under this function's contract.
+        let (policy, selector, request, rows) =
+            match unsafe { selection_args(policy, selector, request, rows, rows_len) } {
+                Ok(args) => args,
+                Err(status) => return status,
+            };
         let scorers = policy.scorer_count();
         if !contributions.is_null() && contributions_len < scorers {
             return fail(
@@ -1358,7 +1394,6 @@ pub unsafe extern "C" fn libroute_select_explained(
 ) -> libroute_status {
     boundary(|| {
         non_null!(out, "out");
-        non_null!(request, "request");
         if explanations.is_null() && rows_len > 0 {
             return fail(libroute_status::NullArgument, "explanations is NULL");
         }
@@ -1368,23 +1403,12 @@ pub unsafe extern "C" fn libroute_select_explained(
                 format_args!("explanations holds {explanations_len} entries for {rows_len} rows"),
             );
         }
-        // SAFETY: NULL or live by contract.
-        let Some(policy) = (unsafe { policy_ref(policy) }) else {
-            return fail(libroute_status::NullArgument, "policy is NULL");
-        };
-        // SAFETY: NULL or a live `SelectorBox` not used concurrently, by contract.
-        let Some(selector) = (unsafe { selector.cast::<SelectorBox>().as_mut() }) else {
-            return fail(libroute_status::NullArgument, "selector is NULL");
-        };
-        // SAFETY: non-NULL and valid by contract.
-        let request = unsafe { &*request };
-        // SAFETY: as in `libroute_select`: the C row is the core row.
-        let Some(rows) = (unsafe { slice(rows.cast::<Row>(), rows_len) }) else {
-            return fail(
-                libroute_status::NullArgument,
-                "rows is NULL with a non-zero length",
-            );
-        };
+        // SAFETY: forwarded under this function's contract.
+        let (policy, selector, request, rows) =
+            match unsafe { selection_args(policy, selector, request, rows, rows_len) } {
+                Ok(args) => args,
+                Err(status) => return status,
+            };
         if let Err(status) = selector.check_rows(rows.len()) {
             return status;
         }
