@@ -75,7 +75,6 @@ fn parse(args: &[String]) -> Result<Options, String> {
                 .ok_or_else(|| format!("{a} needs a value"))
         };
         match a {
-            "-h" | "--help" => return Err(HELP.to_owned()),
             "--workers" => o.fleet.workers = num(a, value()?)?,
             "--cache-blocks" => o.fleet.cache_blocks = num(a, value()?)?,
             "--block-tokens" => o.block_tokens = num(a, value()?)?,
@@ -160,6 +159,10 @@ fn policies(o: &Options) -> Result<Vec<(String, String)>, String> {
 )]
 fn run() -> Result<(), String> {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.iter().any(|a| a == "-h" || a == "--help") {
+        println!("{HELP}");
+        return Ok(());
+    }
     let o = parse(&args)?;
     let trace: Trace = match &o.trace {
         Some(path) => {
