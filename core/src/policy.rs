@@ -507,12 +507,7 @@ impl<F: Filters, S: Scorers, P: Picker> Policy<F, S, P> {
     /// The union of the inputs every component declares for `leg`. A host whose union lacks
     /// [`WorkerInputs::CACHE`] can skip overlap computation for this request.
     pub fn inputs(&self, leg: Leg) -> WorkerInputs {
-        let mut all = self.picker.inputs(leg);
-        for i in 0..self.filters.len() {
-            if let Some(f) = self.filters.get(i) {
-                all |= f.inputs(leg);
-            }
-        }
+        let mut all = self.picker.inputs(leg) | self.filter_inputs(leg);
         for i in 0..self.scorers.len() {
             if let Some(s) = self.scorers.get(i) {
                 all |= s.inputs(leg);
@@ -656,19 +651,33 @@ impl<F: Filters, S: Scorers, P: Picker> Policy<F, S, P> {
 
     /// The first filter that does not keep `row`, or [`Disposition::Candidate`].
     fn first_refusal(&self, view: &RequestView<'_>, row: &Row) -> Disposition {
+        match self.refusal(view, row) {
+            Ok(None) => Disposition::Candidate,
+            Ok(Some((filter, Verdict::Overloaded))) => Disposition::FilterOverloaded { filter },
+            Ok(Some((filter, _))) => Disposition::Filtered { filter },
+            Err((filter, _)) => Disposition::FilterFailed { filter },
+        }
+    }
+
+    /// Runs the filters on `row` in order: the first that does not keep it and its verdict,
+    /// `None` when all keep it, or the filter that failed and its error.
+    fn refusal(
+        &self,
+        view: &RequestView<'_>,
+        row: &Row,
+    ) -> Result<Option<(usize, Verdict)>, (usize, ComponentError)> {
         let row_view = RowView::new(view, row);
-        for filter in 0..self.filters.len() {
-            let Some(f) = self.filters.get(filter) else {
+        for i in 0..self.filters.len() {
+            let Some(filter) = self.filters.get(i) else {
                 continue;
             };
-            match f.check(view, &row_view) {
+            match filter.check(view, &row_view) {
                 Ok(Verdict::Keep) => {}
-                Ok(Verdict::Reject) => return Disposition::Filtered { filter },
-                Ok(Verdict::Overloaded) => return Disposition::FilterOverloaded { filter },
-                Err(_) => return Disposition::FilterFailed { filter },
+                Ok(verdict) => return Ok(Some((i, verdict))),
+                Err(error) => return Err((i, error)),
             }
         }
-        Disposition::Candidate
+        Ok(None)
     }
 
     /// Selects with a generator the host brings (any `rand_core::Rng`). Rows are ordered by
@@ -716,15 +725,7 @@ impl<F: Filters, S: Scorers, P: Picker> Policy<F, S, P> {
             });
         }
         let leg = request.leg();
-        let filter_inputs = {
-            let mut all = WorkerInputs::NONE;
-            for i in 0..self.filters.len() {
-                if let Some(f) = self.filters.get(i) {
-                    all |= f.inputs(leg);
-                }
-            }
-            all
-        };
+        let filter_inputs = self.filter_inputs(leg);
         let filter_view = RequestView::new(request, filter_inputs);
         // The union of every component's inputs, gathered as each is asked (as `Policy::inputs`).
         let mut declared = filter_inputs;
@@ -944,19 +945,11 @@ impl<F: Filters, S: Scorers, P: Picker> Policy<F, S, P> {
         if row.is_overloaded() {
             return Ok(Verdict::Overloaded);
         }
-        let row_view = RowView::new(view, row);
-        for i in 0..self.filters.len() {
-            let Some(filter) = self.filters.get(i) else {
-                continue;
-            };
-            let verdict = filter
-                .check(view, &row_view)
-                .map_err(|error| SelectError::FilterFailed { filter: i, error })?;
-            if verdict != Verdict::Keep {
-                return Ok(verdict);
-            }
+        match self.refusal(view, row) {
+            Ok(None) => Ok(Verdict::Keep),
+            Ok(Some((_, verdict))) => Ok(verdict),
+            Err((filter, error)) => Err(SelectError::FilterFailed { filter, error }),
         }
-        Ok(Verdict::Keep)
     }
 }
 
