@@ -298,13 +298,8 @@ pub unsafe extern "C" fn libroute_router_new(
 /// `router` must be NULL or a live handle from `libroute_router_new`, not in use elsewhere.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn libroute_router_free(router: *mut libroute_router) {
-    let _ = boundary(|| {
-        if !router.is_null() {
-            // SAFETY: by contract it came from `Box::into_raw` of a `RouterBox`, freed once.
-            drop(unsafe { Box::from_raw(router.cast::<RouterBox>()) });
-        }
-        libroute_status::Ok
-    });
+    // SAFETY: by contract the pointer is NULL or came from `Box::into_raw` of a `RouterBox`.
+    unsafe { crate::free_handle(router.cast::<RouterBox>()) };
 }
 
 /// # Safety

@@ -870,11 +870,22 @@ pub unsafe extern "C" fn libroute_policy_new_with_components(
 /// been freed, and no other thread may be using it.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn libroute_policy_free(policy: *mut libroute_policy) {
+    // SAFETY: by contract the pointer is NULL or came from `Box::into_raw` of an `AbiPolicy`.
+    unsafe { free_handle(policy.cast::<AbiPolicy>()) };
+}
+
+/// Frees a handle made by `Box::into_raw` of a `T`, inside the panic boundary; NULL does
+/// nothing. Every `_free` function is this for its own type.
+///
+/// # Safety
+///
+/// `handle` must be NULL or come from `Box::into_raw` of a `Box<T>`, not freed before and not in
+/// use elsewhere.
+pub(crate) unsafe fn free_handle<T>(handle: *mut T) {
     let _ = boundary(|| {
-        if !policy.is_null() {
-            // SAFETY: by contract the pointer came from `Box::into_raw` of an `AbiPolicy` and is
-            // freed once.
-            drop(unsafe { Box::from_raw(policy.cast::<AbiPolicy>()) });
+        if !handle.is_null() {
+            // SAFETY: by this function's contract, a live `Box<T>` pointer freed once, here.
+            drop(unsafe { Box::from_raw(handle) });
         }
         libroute_status::Ok
     });
@@ -995,13 +1006,8 @@ pub unsafe extern "C" fn libroute_selector_new(
 /// `selector` must be NULL or a live handle from `libroute_selector_new`, not in use elsewhere.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn libroute_selector_free(selector: *mut libroute_selector) {
-    let _ = boundary(|| {
-        if !selector.is_null() {
-            // SAFETY: by contract it came from `Box::into_raw` of a `SelectorBox`, freed once.
-            drop(unsafe { Box::from_raw(selector.cast::<SelectorBox>()) });
-        }
-        libroute_status::Ok
-    });
+    // SAFETY: by contract the pointer is NULL or came from `Box::into_raw` of a `SelectorBox`.
+    unsafe { free_handle(selector.cast::<SelectorBox>()) };
 }
 
 /// Restarts the seeded stream: the next seeded selection draws as the first did.
@@ -1522,13 +1528,8 @@ pub unsafe extern "C" fn libroute_policy_set_new(
 /// no policy obtained from it may be used afterwards.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn libroute_policy_set_free(set: *mut libroute_policy_set) {
-    let _ = boundary(|| {
-        if !set.is_null() {
-            // SAFETY: by contract it came from `Box::into_raw` of a `PolicySetBox`, freed once.
-            drop(unsafe { Box::from_raw(set.cast::<PolicySetBox>()) });
-        }
-        libroute_status::Ok
-    });
+    // SAFETY: by contract the pointer is NULL or came from `Box::into_raw` of a `PolicySetBox`.
+    unsafe { free_handle(set.cast::<PolicySetBox>()) };
 }
 
 /// Writes the policy serving `role` to `*out`: a policy the set owns, valid until the set is
@@ -1556,13 +1557,11 @@ pub unsafe extern "C" fn libroute_policy_set_get(
         let Some(set) = (unsafe { set.cast::<PolicySetBox>().as_ref() }) else {
             return fail(libroute_status::NullArgument, "set is NULL");
         };
-        let slot = match self::role(role) {
-            Ok(Role::Prefill) => 0,
-            Ok(Role::Decode) => 1,
-            Ok(Role::Aggregated) => 2,
-            Ok(Role::Encode) => 3,
-            Err(status) => return status,
-        };
+        // The set holds its policies in `libroute_role` order, so a valid role is the slot.
+        if let Err(status) = self::role(role) {
+            return status;
+        }
+        let slot = role as usize;
         if !name.is_null() {
             let text = set.names[slot].to_str().unwrap_or_default();
             let mut written = 0;
