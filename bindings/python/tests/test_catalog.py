@@ -91,3 +91,16 @@ def test_session_affinity_through_the_abi():
         owners.add(first.worker_id)
     assert len(owners) >= 3
     assert selector.select(policy, REQUEST, rows).worker.worker_id == 1
+
+
+def test_long_instance_names_are_served():
+    name = "n" * 1000
+    policies = libroute.PolicySet(
+        '{"instances": [{"name": "%s", "policy": {"type": "least_loaded"}}], "roles": {"decode": "%s"}}'
+        % (name, name)
+    )
+    assert policies.instance_name(libroute.Role.DECODE) == name
+    chosen = libroute.Selector(4, 1).select(
+        policies.policy(libroute.Role.DECODE), REQUEST, [row(1, 0, 5), row(2, 0, 1)]
+    )
+    assert chosen.worker.worker_id == 2

@@ -223,12 +223,13 @@ pub enum Role {
 
 impl Role {
     fn code(self) -> u32 {
-        match self {
-            Role::Prefill => 0,
-            Role::Decode => 1,
-            Role::Aggregated => 2,
-            Role::Encode => 3,
-        }
+        let role = match self {
+            Role::Prefill => route::libroute_role::Prefill,
+            Role::Decode => route::libroute_role::Decode,
+            Role::Aggregated => route::libroute_role::Aggregated,
+            Role::Encode => route::libroute_role::Encode,
+        };
+        role as u32
     }
 }
 
@@ -784,6 +785,17 @@ impl std::fmt::Debug for Selector {
     }
 }
 
+/// The arguments `Selector::run_selection` hands to a selecting C call: the policy under its
+/// read lock, the selector under its mutex, the converted request (its arrays alive for the
+/// call), the filled rows (the router writes their cache and load), and the selection to write.
+struct SelectionCall<'a> {
+    policy: *const libroute_policy,
+    selector: *mut libroute_selector,
+    request: *const libroute_request,
+    rows: &'a mut [libroute_row],
+    out: *mut libroute_selection,
+}
+
 impl Selector {
     /// Fills the reused row buffer with `fill` and selects.
     fn select_with(
@@ -792,35 +804,55 @@ impl Selector {
         request: &Request,
         fill: impl FnOnce(&mut Vec<libroute_row>) -> Result<(), RouteError>,
     ) -> Result<Selection, RouteError> {
-        let converted = CRequest::new(request);
-        let c_request = converted.c();
         let mut contributions = vec![0.0; route::LIBROUTE_MAX_SCORERS];
-        let out = policy.with(|policy_raw| {
-            self.with(|state| {
-                state.rows.clear();
-                fill(&mut state.rows)?;
-                let mut out = std::mem::MaybeUninit::<libroute_selection>::uninit();
-                // SAFETY: the policy is live under its read lock and the selector exclusive
-                // under its mutex; `c_request`'s arrays live in `converted`; the rows and the
-                // contributions buffer are valid for their lengths; `out` is valid for a write.
-                check(unsafe {
-                    route::libroute_select(
-                        policy_raw,
-                        state.raw.as_ptr(),
-                        &raw const c_request,
-                        state.rows.as_ptr(),
-                        state.rows.len(),
-                        out.as_mut_ptr(),
-                        contributions.as_mut_ptr(),
-                        contributions.len(),
-                    )
-                })?;
-                // SAFETY: written by the successful call above.
-                Ok(unsafe { out.assume_init() })
+        let out = self.run_selection(policy, request, fill, |c| {
+            // SAFETY: `run_selection`'s pointers are valid for the call (see `SelectionCall`);
+            // the contributions buffer holds its length.
+            check(unsafe {
+                route::libroute_select(
+                    c.policy,
+                    c.selector,
+                    c.request,
+                    c.rows.as_ptr(),
+                    c.rows.len(),
+                    c.out,
+                    contributions.as_mut_ptr(),
+                    contributions.len(),
+                )
             })
         })?;
         contributions.truncate(out.scorers);
         Ok(Selection::from_c(&out, contributions))
+    }
+
+    /// The locking, request conversion and row buffer every selecting call shares: converts
+    /// `request`, fills the rows with `fill`, holds the policy's read lock and the selector's
+    /// mutex, and makes the C call `call`; returns the selection it wrote on success.
+    fn run_selection(
+        &self,
+        policy: &Policy,
+        request: &Request,
+        fill: impl FnOnce(&mut Vec<libroute_row>) -> Result<(), RouteError>,
+        call: impl FnOnce(SelectionCall<'_>) -> Result<(), RouteError>,
+    ) -> Result<libroute_selection, RouteError> {
+        let converted = CRequest::new(request);
+        let c_request = converted.c();
+        policy.with(|policy_raw| {
+            self.with(|state| {
+                state.rows.clear();
+                fill(&mut state.rows)?;
+                let mut out = std::mem::MaybeUninit::<libroute_selection>::uninit();
+                call(SelectionCall {
+                    policy: policy_raw,
+                    selector: state.raw.as_ptr(),
+                    request: &raw const c_request,
+                    rows: &mut state.rows,
+                    out: out.as_mut_ptr(),
+                })?;
+                // SAFETY: written by the successful call above.
+                Ok(unsafe { out.assume_init() })
+            })
+        })
     }
 
     /// Runs `f` on the live state, holding the lock.
@@ -985,6 +1017,17 @@ pub enum Tier {
     Host,
     /// Disk.
     Disk,
+}
+
+impl Tier {
+    /// The C ABI's tier value (0 device, 1 host, 2 disk).
+    fn code(self) -> u32 {
+        match self {
+            Tier::Device => 0,
+            Tier::Host => 1,
+            Tier::Disk => 2,
+        }
+    }
 }
 
 /// A KV-cache event from a worker.
@@ -1196,17 +1239,31 @@ impl Router {
                         worker,
                         tier,
                         hashes,
-                    } => (0, *worker, *tier as u32, hashes),
+                    } => (
+                        route::libroute_kv_kind::Stored,
+                        *worker,
+                        tier.code(),
+                        hashes,
+                    ),
                     KvEvent::Removed {
                         worker,
                         tier,
                         hashes,
-                    } => (1, *worker, *tier as u32, hashes),
-                    KvEvent::Cleared { worker } => (2, *worker, 0, &[]),
-                    KvEvent::WorkerRemoved { worker } => (3, *worker, 0, &[]),
+                    } => (
+                        route::libroute_kv_kind::Removed,
+                        *worker,
+                        tier.code(),
+                        hashes,
+                    ),
+                    KvEvent::Cleared { worker } => {
+                        (route::libroute_kv_kind::Cleared, *worker, 0, &[])
+                    }
+                    KvEvent::WorkerRemoved { worker } => {
+                        (route::libroute_kv_kind::WorkerRemoved, *worker, 0, &[])
+                    }
                 };
                 libroute_kv_event {
-                    kind,
+                    kind: kind as u32,
                     worker: worker.into(),
                     tier,
                     hashes: hashes.as_ptr(),
@@ -1238,21 +1295,21 @@ impl Router {
                     prefill_tokens,
                     blocks,
                 } => libroute_ledger_event {
-                    kind: 0,
+                    kind: route::libroute_ledger_kind::Booked as u32,
                     id,
                     worker: worker.into(),
                     prefill_tokens,
                     blocks,
                 },
                 LedgerEvent::PrefillComplete { id } => libroute_ledger_event {
-                    kind: 1,
+                    kind: route::libroute_ledger_kind::PrefillComplete as u32,
                     id,
                     worker: none,
                     prefill_tokens: 0,
                     blocks: 0,
                 },
                 LedgerEvent::Freed { id } => libroute_ledger_event {
-                    kind: 2,
+                    kind: route::libroute_ledger_kind::Freed as u32,
                     id,
                     worker: none,
                     prefill_tokens: 0,
@@ -1324,42 +1381,38 @@ impl Router {
         id: u64,
         now: u64,
     ) -> Result<Routed, RouteError> {
-        let converted = CRequest::new(&request);
-        let c_request = converted.c();
-        policy.with(|policy_raw| {
-            selector.with(|sel| {
-                sel.rows.clear();
-                sel.rows.extend(candidates.iter().map(libroute_row::from));
-                let mut out = std::mem::MaybeUninit::<libroute_selection>::uninit();
-                let selector_raw = sel.raw.as_ptr();
-                let (rows_ptr, rows_len) = (sel.rows.as_mut_ptr(), sel.rows.len());
-                self.with(|r| {
-                    // SAFETY: the policy is live under its read lock, the selector and the router
-                    // exclusive under their mutexes; the request's arrays live in `converted`;
-                    // `hashes` and the rows are valid for their lengths; `out` is writable.
-                    unsafe {
-                        route::libroute_router_route(
-                            r,
-                            policy_raw,
-                            selector_raw,
-                            &raw const c_request,
-                            hashes.as_ptr(),
-                            hashes.len(),
-                            rows_ptr,
-                            rows_len,
-                            id,
-                            now,
-                            out.as_mut_ptr(),
-                        )
-                    }
-                })?;
-                // SAFETY: written by the successful call above.
-                let out = unsafe { out.assume_init() };
-                Ok(Routed {
-                    selection: Selection::from_c(&out, Vec::new()),
-                    rows: sel.rows.iter().map(Row::from).collect(),
-                })
-            })
+        let mut filled = Vec::new();
+        let fill = |buffer: &mut Vec<libroute_row>| {
+            buffer.extend(candidates.iter().map(libroute_row::from));
+            Ok(())
+        };
+        let out = selector.run_selection(&policy, &request, fill, |c| {
+            self.with(|r| {
+                // SAFETY: `run_selection`'s pointers are valid for the call (see
+                // `SelectionCall`), the router exclusive under its mutex; `hashes` and the rows
+                // are valid for their lengths.
+                unsafe {
+                    route::libroute_router_route(
+                        r,
+                        c.policy,
+                        c.selector,
+                        c.request,
+                        hashes.as_ptr(),
+                        hashes.len(),
+                        c.rows.as_mut_ptr(),
+                        c.rows.len(),
+                        id,
+                        now,
+                        c.out,
+                    )
+                }
+            })?;
+            filled.extend(c.rows.iter().map(Row::from));
+            Ok(())
+        })?;
+        Ok(Routed {
+            selection: Selection::from_c(&out, Vec::new()),
+            rows: filled,
         })
     }
 
@@ -1412,24 +1465,28 @@ impl std::fmt::Debug for PolicySet {
 
 impl PolicySet {
     /// The lent policy and instance name for `role`.
-    fn get(&self, role: Role) -> Result<(NonNull<libroute_policy>, String), RouteError> {
+    /// The lent policy for `role`, and its instance name written into `name` (when not empty).
+    fn get(&self, role: Role, name: &mut [u8]) -> Result<NonNull<libroute_policy>, RouteError> {
         let mut policy = null();
-        let mut name = [0u8; 256];
-        // SAFETY: the set is live; `policy` and `name` are valid for their writes.
+        let name_ptr = if name.is_empty() {
+            null_mut()
+        } else {
+            name.as_mut_ptr().cast()
+        };
+        // SAFETY: the set is live; `policy` is valid for a write and `name_ptr` is NULL or valid
+        // for `name.len()` writes.
         check(unsafe {
             route::libroute_policy_set_get(
                 self.handle.0.as_ptr(),
                 role.code(),
                 &raw mut policy,
-                name.as_mut_ptr().cast(),
+                name_ptr,
                 name.len(),
             )
         })?;
-        let policy = NonNull::new(policy.cast_mut()).ok_or_else(|| RouteError::Panic {
+        NonNull::new(policy.cast_mut()).ok_or_else(|| RouteError::Panic {
             detail: "libroute_policy_set_get returned no policy".to_owned(),
-        })?;
-        let len = name.iter().position(|&b| b == 0).unwrap_or(name.len());
-        Ok((policy, String::from_utf8_lossy(&name[..len]).into_owned()))
+        })
     }
 }
 
@@ -1462,7 +1519,7 @@ impl PolicySet {
     ///
     /// None in practice.
     pub fn policy(&self, role: Role) -> Result<Arc<Policy>, RouteError> {
-        let (raw, _) = self.get(role)?;
+        let raw = self.get(role, &mut [])?;
         Ok(Arc::new(Policy {
             handle: RwLock::new(Some(PolicyHandle::Lent {
                 policy: raw,
@@ -1477,7 +1534,18 @@ impl PolicySet {
     ///
     /// None in practice.
     pub fn instance_name(&self, role: Role) -> Result<String, RouteError> {
-        Ok(self.get(role)?.1)
+        // Names are as long as the configuration made them: grow the buffer until one fits.
+        let mut name = vec![0u8; 256];
+        loop {
+            match self.get(role, &mut name) {
+                Ok(_) => {
+                    let len = name.iter().position(|&b| b == 0).unwrap_or(name.len());
+                    return Ok(String::from_utf8_lossy(&name[..len]).into_owned());
+                }
+                Err(RouteError::BufferTooSmall { .. }) => name.resize(name.len() * 2, 0),
+                Err(e) => return Err(e),
+            }
+        }
     }
 }
 
@@ -1579,36 +1647,30 @@ impl Selector {
         request: Request,
         rows: Vec<Row>,
     ) -> Result<Explained, RouteError> {
-        let converted = CRequest::new(&request);
-        let c_request = converted.c();
-        let mut explanations: Vec<route::libroute_explanation> = Vec::with_capacity(rows.len());
-        let out = policy.with(|policy_raw| {
-            self.with(|state| {
-                state.rows.clear();
-                state.rows.extend(rows.iter().map(libroute_row::from));
-                let mut out = std::mem::MaybeUninit::<libroute_selection>::uninit();
-                let n = state.rows.len();
-                // SAFETY: the policy is live under its read lock and the selector exclusive under
-                // its mutex; the request's arrays live in `converted`; `explanations` has room
-                // for `n` entries, which the call writes (on success) before `set_len`.
-                check(unsafe {
-                    route::libroute_select_explained(
-                        policy_raw,
-                        state.raw.as_ptr(),
-                        &raw const c_request,
-                        state.rows.as_ptr(),
-                        n,
-                        out.as_mut_ptr(),
-                        explanations.as_mut_ptr(),
-                        explanations.capacity(),
-                    )
-                })?;
-                // SAFETY: the successful call wrote `n` explanations and the selection.
-                unsafe { explanations.set_len(n) };
-                // SAFETY: as above.
-                Ok(unsafe { out.assume_init() })
+        let n = rows.len();
+        let mut explanations: Vec<route::libroute_explanation> = Vec::with_capacity(n);
+        let fill = |buffer: &mut Vec<libroute_row>| {
+            buffer.extend(rows.iter().map(libroute_row::from));
+            Ok(())
+        };
+        let out = self.run_selection(&policy, &request, fill, |c| {
+            // SAFETY: `run_selection`'s pointers are valid for the call (see `SelectionCall`);
+            // `explanations` has room for the `n` entries the call writes.
+            check(unsafe {
+                route::libroute_select_explained(
+                    c.policy,
+                    c.selector,
+                    c.request,
+                    c.rows.as_ptr(),
+                    c.rows.len(),
+                    c.out,
+                    explanations.as_mut_ptr(),
+                    explanations.capacity(),
+                )
             })
         })?;
+        // SAFETY: the successful call wrote an explanation for each of the `n` rows.
+        unsafe { explanations.set_len(n) };
         let rows: Vec<RowExplanation> = explanations.iter().map(RowExplanation::from).collect();
         let contributions = rows
             .iter()
