@@ -19,6 +19,7 @@ static libroute_status lr_select_explained(const libroute_policy *policy, librou
 import "C"
 
 import (
+	"errors"
 	"runtime"
 	"unsafe"
 )
@@ -71,16 +72,23 @@ func (s *PolicySet) InstanceName(role Role) (string, error) {
 	if s.ptr == nil {
 		return "", ErrClosed
 	}
-	var buf [256]C.char
-	var p *C.libroute_policy
-	err := call(func() C.libroute_status {
-		return C.libroute_policy_set_get(s.ptr, C.uint32_t(role), (**C.libroute_policy)(unsafe.Pointer(&p)), &buf[0], C.size_t(len(buf)))
-	})
-	runtime.KeepAlive(s)
-	if err != nil {
-		return "", err
+	// Names are as long as the configuration made them: grow the buffer until one fits.
+	for size := 256; ; size *= 2 {
+		buf := (*C.char)(C.malloc(C.size_t(size)))
+		var p *C.libroute_policy
+		err := call(func() C.libroute_status {
+			return C.libroute_policy_set_get(s.ptr, C.uint32_t(role), (**C.libroute_policy)(unsafe.Pointer(&p)), buf, C.size_t(size))
+		})
+		name := ""
+		if err == nil {
+			name = C.GoString(buf)
+		}
+		C.free(unsafe.Pointer(buf))
+		runtime.KeepAlive(s)
+		if !errors.Is(err, StatusBufferTooSmall) {
+			return name, err
+		}
 	}
-	return C.GoString(&buf[0]), nil
 }
 
 // Close frees the set; the policies it lent report ErrClosed afterwards. Idempotent.

@@ -3,6 +3,7 @@ package libroute
 import (
 	"errors"
 	"math"
+	"strings"
 	"testing"
 )
 
@@ -132,5 +133,17 @@ func TestSessionAffinityThroughTheABI(t *testing.T) {
 	req := Request{PromptTokens: 160, BlockSize: 16, Role: RoleAggregated}
 	if sel, _ := s.Select(p, &req, rows); sel.Worker.ID != 1 {
 		t.Errorf("no session: worker %d", sel.Worker.ID)
+	}
+}
+
+func TestLongInstanceName(t *testing.T) {
+	name := strings.Repeat("n", 1000)
+	set, err := NewPolicySet(`{"instances": [{"name": "` + name + `", "policy": {"type": "random"}}], "roles": {"encode": "` + name + `"}}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer set.Close()
+	if got, err := set.InstanceName(RoleEncode); err != nil || got != name {
+		t.Errorf("%d bytes, %v", len(got), err)
 	}
 }
