@@ -7,6 +7,7 @@
 
 use core::fmt;
 
+use crate::default::DefaultCost;
 use crate::inputs::{Candidates, RequestView, RowView, WorkerInputs};
 use crate::rng::RandomSource;
 use crate::types::Leg;
@@ -112,6 +113,14 @@ pub trait Scorer {
         candidates: &Candidates<'_>,
         costs: &mut [f64],
     ) -> Result<(), ComponentError>;
+
+    /// This scorer as Dynamo's default cost, when it is exactly that. A policy whose only
+    /// component is the default cost then admits and scores every row in one fused pass, with
+    /// the same results bit for bit (see [`DefaultCost`]). Every other scorer keeps this
+    /// default, `None`.
+    fn as_default_cost(&self) -> Option<&DefaultCost> {
+        None
+    }
 }
 
 /// Why a picker chose its row.
@@ -198,6 +207,9 @@ impl<T: Scorer + ?Sized> Scorer for &T {
         costs: &mut [f64],
     ) -> Result<(), ComponentError> {
         (**self).score(request, candidates, costs)
+    }
+    fn as_default_cost(&self) -> Option<&DefaultCost> {
+        (**self).as_default_cost()
     }
 }
 

@@ -5,7 +5,7 @@ use crate::component::{ComponentError, Pick, PickInput, PickReason, Picker, Scor
 use crate::inputs::{Candidates, RequestView, WorkerInputs, taint_multiplier};
 use crate::policy::Policy;
 use crate::rng::{self, RandomSource};
-use crate::types::{Label, Leg, PreferredTaint, Role, Row, RowFlags, SharedHits};
+use crate::types::{Label, Leg, PreferredTaint, Role, Row, RowFlags, SharedHits, TaintSet};
 
 /// The default policy's type: no filters, the default cost, the default picker.
 pub type DefaultPolicy = Policy<(), (DefaultCost,), DefaultPicker>;
@@ -156,6 +156,11 @@ struct RowContext<'a> {
 }
 
 impl RowContext<'_> {
+    /// No decay, shared hits or preferred-taint multiplier: the formula without its extras.
+    fn is_plain(&self) -> bool {
+        !self.use_decay && self.shared_hits.is_none() && self.preferred.is_empty()
+    }
+
     /// The spec's per-candidate formula. `EXTRAS` enables decay, shared hits and the taint
     /// multiplier; without it they are known to be off (decay 1, shared 0, no multiplier).
     #[inline]
@@ -268,18 +273,44 @@ impl Scorer for DefaultCost {
         }
     }
 
-    #[allow(
-        clippy::too_many_lines,
-        reason = "the spec's formula, kept in the spec's order in one place"
-    )]
     fn score(
         &self,
         request: &RequestView<'_>,
         candidates: &Candidates<'_>,
         costs: &mut [f64],
     ) -> Result<(), ComponentError> {
-        let prompt = request.prompt_tokens();
-        let rb = request.request_blocks() as f64;
+        let (rows, order) = candidates.raw();
+        let mut ctx = self.context(request);
+        if ctx.use_decay {
+            ctx.min_apt = order
+                .iter()
+                .map(|&i| load_of(&rows[i as usize], ctx.load_flag).0)
+                .min()
+                .unwrap_or(0);
+        }
+        // The common case (no decay, shared hits or preferred taints) gets its own loop, free of
+        // the branches those need; both evaluate the same formula in the same order.
+        if ctx.is_plain() {
+            for (cost, &i) in costs.iter_mut().zip(order) {
+                *cost = ctx.row_cost::<false>(&rows[i as usize]);
+            }
+        } else {
+            for (cost, &i) in costs.iter_mut().zip(order) {
+                *cost = ctx.row_cost::<true>(&rows[i as usize]);
+            }
+        }
+        Ok(())
+    }
+
+    fn as_default_cost(&self) -> Option<&DefaultCost> {
+        Some(self)
+    }
+}
+
+impl DefaultCost {
+    /// The request-wide values of the formula, computed once per selection (`min_apt` is left 0:
+    /// it depends on the candidates).
+    fn context<'a>(&'a self, request: &RequestView<'a>) -> RowContext<'a> {
         let track = request.track_prefill_tokens();
         let leg = Leg {
             role: request.role(),
@@ -290,41 +321,26 @@ impl Scorer for DefaultCost {
         } else {
             self.overlap_score_credit
         };
-        let use_decay = track && self.overlap_score_credit_decay > 0.0;
-        let subtract_from_decode = request.role().label() == Label::Decode && !track && c_ovl > 0.0;
-        let has_tier_matches = request.has_tier_matches().unwrap_or(false);
-        let shared_hits = request.shared_hits();
         // Declared-input checks, once per selection: a group this scorer did not declare (or the
         // row does not carry) reads as absent, exactly as through `RowView`.
         let inputs = request.inputs();
-        let (rows, order) = candidates.raw();
-        let load_flag = if inputs.contains(WorkerInputs::LOAD) {
-            RowFlags::HAS_LOAD.0
-        } else {
-            u32::MAX
-        };
-        let min_apt = if use_decay {
-            order
-                .iter()
-                .map(|&i| load_of(&rows[i as usize], load_flag).0)
-                .min()
-                .unwrap_or(0)
-        } else {
-            0
-        };
-        let ctx = RowContext {
+        RowContext {
             cost: self,
-            prompt,
+            prompt: request.prompt_tokens(),
             per_block: PerBlock::new(request.block_size()),
-            rb,
+            rb: request.request_blocks() as f64,
             track,
             c_ovl,
-            use_decay,
-            min_apt,
-            subtract_from_decode,
-            has_tier_matches,
-            shared_hits,
-            load_flag,
+            use_decay: track && self.overlap_score_credit_decay > 0.0,
+            min_apt: 0,
+            subtract_from_decode: request.role().label() == Label::Decode && !track && c_ovl > 0.0,
+            has_tier_matches: request.has_tier_matches().unwrap_or(false),
+            shared_hits: request.shared_hits(),
+            load_flag: if inputs.contains(WorkerInputs::LOAD) {
+                RowFlags::HAS_LOAD.0
+            } else {
+                u32::MAX
+            },
             cache_flag: if inputs.contains(WorkerInputs::CACHE) {
                 RowFlags::HAS_CACHE.0
             } else {
@@ -332,19 +348,208 @@ impl Scorer for DefaultCost {
             },
             cache_declared: inputs.contains(WorkerInputs::CACHE),
             preferred: request.multiplier_taints(),
-        };
-        // The common case (no decay, shared hits or preferred taints) gets its own loop, free of
-        // the branches those need; both evaluate the same formula in the same order.
-        if !use_decay && shared_hits.is_none() && ctx.preferred.is_empty() {
-            for (cost, &i) in costs.iter_mut().zip(order) {
-                *cost = ctx.row_cost::<false>(&rows[i as usize]);
-            }
-        } else {
-            for (cost, &i) in costs.iter_mut().zip(order) {
-                *cost = ctx.row_cost::<true>(&rows[i as usize]);
-            }
         }
-        Ok(())
+    }
+
+    /// Admission and this cost for every row of `rows` in one pass, for a policy with no filters,
+    /// this cost as its only scorer and no pin, when every row is a candidate: valid, carrying
+    /// `required`, not overloaded. Writes `costs[i]` for row `i` and returns `true` when that holds
+    /// for every row and every cost is finite; returns `false` otherwise, and then `costs` holds
+    /// nothing the caller may use (the general pipeline decides, and reports what is wrong).
+    ///
+    /// The pass needs what makes one branch-free loop possible: every row with the same flags,
+    /// no decay, shared hits or preferred taints, and counters below 2^52 (converted to `f64`
+    /// by one OR and one subtraction). Under those conditions it evaluates exactly the formula of
+    /// [`DefaultCost`] in the same order, so the costs are identical bit for bit (the corpus and
+    /// `tests/fused.rs` compare the two paths).
+    pub(crate) fn score_all_candidates(
+        &self,
+        request: &RequestView<'_>,
+        required: TaintSet,
+        rows: &[Row],
+        costs: &mut [f64],
+    ) -> bool {
+        let ctx = self.context(request);
+        let Some(first) = rows.first() else {
+            return false;
+        };
+        let flags = first.flags;
+        if !ctx.is_plain()
+            || ctx.prompt >= EXACT_LIMIT
+            || flags.0 & !RowFlags::ALL.0 != 0
+            || flags.contains(RowFlags::OVERLOADED)
+            || costs.len() < rows.len()
+        {
+            return false;
+        }
+        let Some(per_block) = ctx.per_block.reciprocal else {
+            return false;
+        };
+        // Eligibility in its own pass, only when the request requires taints.
+        if required != TaintSet::EMPTY && !rows.iter().all(|row| row.taints.contains_all(required))
+        {
+            return false;
+        }
+        let cache = ctx.cache_declared && flags.contains(RowFlags::HAS_CACHE);
+        let load = flags.contains(RowFlags::HAS_LOAD);
+        let formula = if ctx.subtract_from_decode {
+            Formula::SUBTRACT_FROM_DECODE
+        } else if ctx.track {
+            Formula::TRACKED_PREFILL
+        } else {
+            Formula::UNTRACKED_PREFILL
+        };
+        let pass = FusedPass {
+            ctx: &ctx,
+            per_block,
+            flags: flags.0,
+            estimates: flags.contains(RowFlags::HAS_CACHE),
+        };
+        let costs = &mut costs[..rows.len()];
+        // One loop per combination, so the loop body has no request-wide branch left.
+        macro_rules! dispatch {
+            ($($cache:literal $load:literal $tier:literal),+) => {
+                match (cache, load, cache && ctx.has_tier_matches, formula) {
+                    $(
+                        ($cache, $load, $tier, Formula::SUBTRACT_FROM_DECODE) => pass
+                            .run::<$cache, $load, $tier, { Formula::SUBTRACT_FROM_DECODE }>(rows, costs),
+                        ($cache, $load, $tier, Formula::TRACKED_PREFILL) => pass
+                            .run::<$cache, $load, $tier, { Formula::TRACKED_PREFILL }>(rows, costs),
+                        ($cache, $load, $tier, _) => pass
+                            .run::<$cache, $load, $tier, { Formula::UNTRACKED_PREFILL }>(rows, costs),
+                    )+
+                }
+            };
+        }
+        dispatch!(
+            true true true,
+            true true false,
+            true false true,
+            true false false,
+            false true false,
+            false false false,
+            false true true,
+            false false true
+        )
+    }
+}
+
+/// Which branch of the cost formula a request takes (fixed per selection).
+struct Formula;
+
+impl Formula {
+    /// `max(0, dcb - credit) + req_cost`.
+    const SUBTRACT_FROM_DECODE: u8 = 0;
+    /// The prefill formula with `raw_tokens` from the prompt and the load.
+    const TRACKED_PREFILL: u8 = 1;
+    /// The prefill formula with `raw_tokens = 0`.
+    const UNTRACKED_PREFILL: u8 = 2;
+}
+
+/// Integers below this convert to `f64` exactly through [`exact_f64`].
+const EXACT_LIMIT: u64 = 1 << 52;
+
+/// `x as f64` for `x < 2^52`: `x` placed in the mantissa of `2^52`, minus `2^52`. Exact, and
+/// cheaper than the general conversion (an OR and a subtraction, no range branch).
+#[inline(always)]
+fn exact_f64(x: u64) -> f64 {
+    const TWO_52: f64 = 4_503_599_627_370_496.0;
+    f64::from_bits(x | TWO_52.to_bits()) - TWO_52
+}
+
+/// The fused admission + cost pass of [`DefaultCost::score_all_candidates`].
+struct FusedPass<'a> {
+    ctx: &'a RowContext<'a>,
+    /// `1 / block_size`, exact for a power-of-two block size.
+    per_block: f64,
+    /// The flags every row must carry.
+    flags: u32,
+    /// Whether rows carry an estimate to validate.
+    estimates: bool,
+}
+
+impl FusedPass<'_> {
+    /// `CACHE`: the cache inputs are read; `LOAD`: rows carry a load projection; `TIER`: the
+    /// request has tier matches (device overlap is the device tier, not the estimate); `FORMULA`:
+    /// a [`Formula`].
+    #[allow(
+        clippy::inline_always,
+        reason = "inlined into each dispatch arm, so every combination gets its own branch-free loop"
+    )]
+    #[allow(
+        clippy::needless_bitwise_bool,
+        clippy::manual_range_contains,
+        reason = "branch-free folds keep the loop free of branches and vectorizable"
+    )]
+    #[inline(always)]
+    fn run<const CACHE: bool, const LOAD: bool, const TIER: bool, const FORMULA: u8>(
+        &self,
+        rows: &[Row],
+        costs: &mut [f64],
+    ) -> bool {
+        let ctx = self.ctx;
+        let k = ctx.cost;
+        let prompt = exact_f64(ctx.prompt);
+        // Each fold collects, without branching, something that sends the selection back to the
+        // general pipeline: a row that is not a plain candidate, a counter too large for
+        // `exact_f64`, an invalid estimate, a cost that is not finite.
+        let (mut odd, mut high, mut estimates_ok, mut finite) = (0u64, 0u64, true, true);
+        for (row, cost) in rows.iter().zip(costs.iter_mut()) {
+            odd |= u64::from(row.flags.0 ^ self.flags);
+            let estimate = row.effective_blocks;
+            estimates_ok &= !self.estimates | ((estimate >= 0.0) & (estimate <= f64::MAX));
+            let (credit, effective_tokens) = if CACHE {
+                high |= row.effective_tokens;
+                let device = if TIER {
+                    f64::from(row.device_blocks)
+                } else {
+                    estimate
+                };
+                // `c_ovl * decay * device` with decay 1, and no shared term: `+ 0.0` to a sum of
+                // non-negative terms changes nothing.
+                let credit = ctx.c_ovl * device
+                    + k.host_cache_hit_weight * f64::from(row.host_blocks)
+                    + k.disk_cache_hit_weight * f64::from(row.disk_blocks);
+                (credit, exact_f64(row.effective_tokens))
+            } else {
+                (0.0, 0.0)
+            };
+            let (prefill, decode_blocks, requests) = if LOAD {
+                high |= row.active_prefill_tokens | row.active_decode_blocks | row.active_requests;
+                (
+                    exact_f64(row.active_prefill_tokens),
+                    exact_f64(row.active_decode_blocks),
+                    exact_f64(row.active_requests),
+                )
+            } else {
+                (0.0, 0.0, 0.0)
+            };
+            let request_cost = k.decode_active_request_weight * requests;
+            let total = if FORMULA == Formula::SUBTRACT_FROM_DECODE {
+                non_negative(decode_blocks - credit) + request_cost
+            } else {
+                // Both terms are integers below 2^52, so the sum is the exact integer the general
+                // path converts: `apt + max(P, E_tokens)`.
+                let raw_tokens = if FORMULA == Formula::UNTRACKED_PREFILL {
+                    0.0
+                } else if LOAD {
+                    prefill
+                        + if prompt > effective_tokens {
+                            prompt
+                        } else {
+                            effective_tokens
+                        }
+                } else {
+                    prompt
+                };
+                k.prefill_load_scale * non_negative(raw_tokens * self.per_block - credit)
+                    + decode_blocks
+                    + request_cost
+            };
+            finite &= total <= f64::MAX;
+            *cost = total;
+        }
+        odd == 0 && high < EXACT_LIMIT && estimates_ok && finite
     }
 }
 
@@ -394,15 +599,25 @@ impl Picker for DefaultPicker {
             let mut best = 0;
             let mut best_cost = f64::INFINITY;
             let mut ties: u64 = 0;
-            for (k, &cost) in costs.iter().enumerate() {
-                if cost < best_cost {
-                    best = k;
-                    best_cost = cost;
-                    ties = 1;
-                } else if cost == best_cost {
-                    ties += 1;
-                    if rng::index(rng, ties) == 0 {
-                        best = k;
+            for (c, chunk) in costs.chunks(PICK_CHUNK).enumerate() {
+                // A chunk whose every cost exceeds the best so far can neither lower it nor tie
+                // it, so it changes nothing and draws nothing: skip it after a branch-free min.
+                let low = chunk
+                    .iter()
+                    .fold(f64::INFINITY, |low, &x| if x < low { x } else { low });
+                if low > best_cost {
+                    continue;
+                }
+                for (j, &cost) in chunk.iter().enumerate() {
+                    if cost < best_cost {
+                        best = c * PICK_CHUNK + j;
+                        best_cost = cost;
+                        ties = 1;
+                    } else if cost == best_cost {
+                        ties += 1;
+                        if rng::index(rng, ties) == 0 {
+                            best = c * PICK_CHUNK + j;
+                        }
                     }
                 }
             }
@@ -422,6 +637,9 @@ impl Picker for DefaultPicker {
         })
     }
 }
+
+/// Costs per chunk of the minimum-cost scan.
+const PICK_CHUNK: usize = 16;
 
 /// The temperature sampler: fills `probabilities` and returns the row `sample` falls in.
 ///
@@ -476,6 +694,82 @@ fn softmax_index(costs: &[f64], temperature: f64, sample: f64, probabilities: &m
 #[cfg(test)]
 mod tests {
     use super::softmax_index;
+    use crate::inputs::RequestView;
+    use crate::types::{Cache, Load, Request, Row, RowFlags, TaintSet, WorkerKey};
+    use crate::{DefaultCost, Scorer};
+
+    fn fleet() -> [Row; 5] {
+        core::array::from_fn(|i| {
+            let i = i as u64;
+            Row::new(WorkerKey::new(i, 0))
+                .with_cache(Cache {
+                    device_blocks: 2,
+                    effective_blocks: 1.5 * i as f64,
+                    effective_tokens: 24 * i,
+                    ..Cache::default()
+                })
+                .with_load(Load {
+                    active_prefill_tokens: 100 * i,
+                    active_decode_blocks: 7 * i,
+                    active_requests: i,
+                    ..Load::default()
+                })
+        })
+    }
+
+    /// Whether the fused pass takes `rows` for `request`, and the costs it wrote.
+    fn fused(request: &Request<'_>, rows: &[Row]) -> (bool, [f64; 5]) {
+        let cost = DefaultCost::default();
+        let view = RequestView::new(request, cost.inputs(request.leg()));
+        let mut costs = [f64::NAN; 5];
+        let taken = cost.score_all_candidates(&view, request.required_taints, rows, &mut costs);
+        (taken, costs)
+    }
+
+    #[test]
+    fn the_fused_pass_takes_plain_fleets_and_returns_the_rest() {
+        let request = Request::new(64, 16);
+        let (taken, costs) = fused(&request, &fleet());
+        assert!(taken);
+        // Row 2: raw = 200 + max(64, 48) = 264 tokens = 16.5 blocks, credit 3: 13.5 + 14.
+        assert_eq!(costs[2], 27.5);
+
+        let with = |edit: fn(&mut Row)| {
+            let mut rows = fleet();
+            edit(&mut rows[3]);
+            fused(&request, &rows).0
+        };
+        assert!(!with(|r| *r = r.overloaded(true)), "an overloaded row");
+        assert!(
+            !with(|r| r.flags = RowFlags(r.flags.0 & !RowFlags::HAS_LOAD.0)),
+            "mixed flags"
+        );
+        assert!(
+            !with(|r| r.flags = RowFlags(r.flags.0 | 1 << 20)),
+            "unknown flag bits"
+        );
+        assert!(
+            !with(|r| r.active_decode_blocks = 1 << 52),
+            "a counter of 2^52"
+        );
+        assert!(!with(|r| r.effective_blocks = f64::NAN), "a NaN estimate");
+        assert!(!with(|r| r.effective_blocks = -0.5), "a negative estimate");
+        assert!(
+            !with(|r| r.active_prefill_tokens = u64::MAX),
+            "a saturating sum"
+        );
+        assert!(
+            !fused(&Request::new(64, 17), &fleet()).0,
+            "a block size that is no power of two"
+        );
+        let required = Request::new(64, 16).required_taints(TaintSet(1));
+        assert!(
+            !fused(&required, &fleet()).0,
+            "a required taint the rows lack"
+        );
+        let rows = fleet().map(|r| r.with_taints(TaintSet(3)));
+        assert!(fused(&required, &rows).0, "a required taint every row has");
+    }
 
     #[test]
     fn extreme_finite_costs_are_ordered() {

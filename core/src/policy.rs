@@ -725,10 +725,89 @@ impl<F: Filters, S: Scorers, P: Picker> Policy<F, S, P> {
             });
         }
         let leg = request.leg();
-        let filter_inputs = self.filter_inputs(leg);
-        let filter_view = RequestView::new(request, filter_inputs);
-        // The union of every component's inputs, gathered as each is asked (as `Policy::inputs`).
-        let mut declared = filter_inputs;
+        let m = if self.fused(scratch, request, rows, sort) {
+            rows.len()
+        } else {
+            self.admit_and_score(scratch, request, rows, sort)?
+        };
+        let order: &[u32] = &scratch.order[..m];
+        let scorers = self.scorers.len();
+        let capacity = scratch.capacity;
+        let totals: &[f64] = if scorers == 1 {
+            &scratch.costs[..m]
+        } else {
+            &scratch.totals[..m]
+        };
+
+        // 4. The picker, unless the request is pinned (no draw for a pin).
+        let picker_view = RequestView::new(request, self.picker.inputs(leg));
+        let pick = if request.pin.is_some() {
+            Pick {
+                index: 0,
+                reason: PickReason::Pinned,
+            }
+        } else {
+            let input = PickInput {
+                candidates: Candidates::new(picker_view, rows, order),
+                costs: totals,
+            };
+            let pick = self
+                .picker
+                .pick(&input, &mut scratch.work[..m], rng)
+                .map_err(SelectError::PickerFailed)?;
+            if pick.index >= m {
+                return Err(SelectError::PickOutOfRange {
+                    index: pick.index,
+                    candidates: m,
+                });
+            }
+            pick
+        };
+
+        let row = order[pick.index] as usize;
+        *scratch.last = Last {
+            candidates: m,
+            in_first_column: scorers == 1,
+        };
+        let mut contributions = [0.0; MAX_SCORERS];
+        for (s, c) in contributions.iter_mut().enumerate().take(scorers) {
+            *c = scratch.costs[s * capacity + pick.index];
+        }
+        let cached_tokens = if self.inputs(leg).contains(WorkerInputs::CACHE) {
+            rows[row].cache().effective_tokens
+        } else {
+            0
+        };
+        Ok(Selection {
+            row,
+            worker: rows[row].worker,
+            cost: totals[pick.index],
+            contributions,
+            scorers,
+            candidates: m,
+            reason: pick.reason,
+            request_blocks: request.request_blocks(),
+            cached_tokens,
+        })
+    }
+
+    /// Steps 1 to 3 of the pipeline: eligibility, overload and filters per row into
+    /// `scratch.order`, the canonical order in seeded mode, then every scorer into its column and
+    /// the totals (into `scratch.totals` when there is more than one scorer). Returns how many
+    /// candidates there are.
+    #[allow(
+        clippy::too_many_lines,
+        reason = "the pipeline's admission and scoring, kept in order"
+    )]
+    fn admit_and_score(
+        &self,
+        scratch: &mut Scratch<'_>,
+        request: &Request<'_>,
+        rows: &[Row],
+        sort: bool,
+    ) -> Result<usize, SelectError> {
+        let leg = request.leg();
+        let filter_view = RequestView::new(request, self.filter_inputs(leg));
 
         // 1. Eligibility, overload and filters, in that order, per row.
         let m = if let Some(pin) = request.pin {
@@ -848,9 +927,7 @@ impl<F: Filters, S: Scorers, P: Picker> Policy<F, S, P> {
             let Some(scorer) = self.scorers.get(s) else {
                 continue;
             };
-            let inputs = scorer.inputs(leg);
-            declared |= inputs;
-            let view = RequestView::new(request, inputs);
+            let view = RequestView::new(request, scorer.inputs(leg));
             let column = &mut scratch.costs[s * capacity..s * capacity + m];
             column.fill(f64::NAN);
             scorer
@@ -863,9 +940,7 @@ impl<F: Filters, S: Scorers, P: Picker> Policy<F, S, P> {
                 });
             }
         }
-        let totals: &[f64] = if scorers == 1 {
-            &scratch.costs[..m]
-        } else {
+        if scorers > 1 {
             let totals = &mut scratch.totals[..m];
             totals.fill(0.0);
             for s in 0..scorers {
@@ -879,60 +954,48 @@ impl<F: Filters, S: Scorers, P: Picker> Policy<F, S, P> {
                     row: order[k] as usize,
                 });
             }
-            totals
-        };
-
-        // 4. The picker, unless the request is pinned (no draw for a pin).
-        let picker_view = RequestView::new(request, self.picker.inputs(leg));
-        declared |= picker_view.inputs();
-        let pick = if request.pin.is_some() {
-            Pick {
-                index: 0,
-                reason: PickReason::Pinned,
-            }
-        } else {
-            let input = PickInput {
-                candidates: Candidates::new(picker_view, rows, order),
-                costs: totals,
-            };
-            let pick = self
-                .picker
-                .pick(&input, &mut scratch.work[..m], rng)
-                .map_err(SelectError::PickerFailed)?;
-            if pick.index >= m {
-                return Err(SelectError::PickOutOfRange {
-                    index: pick.index,
-                    candidates: m,
-                });
-            }
-            pick
-        };
-
-        let row = order[pick.index] as usize;
-        *scratch.last = Last {
-            candidates: m,
-            in_first_column: scorers == 1,
-        };
-        let mut contributions = [0.0; MAX_SCORERS];
-        for (s, c) in contributions.iter_mut().enumerate().take(scorers) {
-            *c = scratch.costs[s * capacity + pick.index];
         }
-        let cached_tokens = if declared.contains(WorkerInputs::CACHE) {
-            rows[row].cache().effective_tokens
-        } else {
-            0
+        Ok(m)
+    }
+
+    /// Steps 1 to 3 fused, for a policy that is exactly Dynamo's default cost with no filters
+    /// and a request without a pin, when every row is a candidate (see
+    /// [`DefaultCost::score_all_candidates`]); in seeded mode only when the rows are already in
+    /// canonical order. Returns `false` when the general steps must run instead; they then
+    /// overwrite everything this wrote.
+    fn fused(
+        &self,
+        scratch: &mut Scratch<'_>,
+        request: &Request<'_>,
+        rows: &[Row],
+        sort: bool,
+    ) -> bool {
+        if request.pin.is_some() || !self.filters.is_empty() || self.scorers.len() != 1 {
+            return false;
+        }
+        let Some(scorer) = self.scorers.get(0) else {
+            return false;
         };
-        Ok(Selection {
-            row,
-            worker: rows[row].worker,
-            cost: totals[pick.index],
-            contributions,
-            scorers,
-            candidates: m,
-            reason: pick.reason,
-            request_blocks: request.request_blocks(),
-            cached_tokens,
-        })
+        let Some(cost) = scorer.as_default_cost() else {
+            return false;
+        };
+        if sort && !rows.windows(2).all(|pair| pair[0].worker < pair[1].worker) {
+            return false;
+        }
+        let view = RequestView::new(request, scorer.inputs(request.leg()));
+        if !cost.score_all_candidates(&view, request.required_taints, rows, scratch.costs) {
+            return false;
+        }
+        for (k, slot) in scratch.order[..rows.len()].iter_mut().enumerate() {
+            #[allow(
+                clippy::cast_possible_truncation,
+                reason = "rows.len() <= capacity <= u32::MAX"
+            )]
+            {
+                *slot = k as u32;
+            }
+        }
+        true
     }
 
     /// Eligibility (required taints), host overload marks, then filters in order. An ineligible

@@ -1,0 +1,194 @@
+//! The default policy's fused pass (admission and the default cost in one loop) against the
+//! general pipeline: the same selections, costs, errors and random streams, bit for bit.
+//!
+//! The general path is forced by wrapping the default cost in a scorer that is not "exactly the
+//! default cost", so the selector cannot fuse it.
+
+use libroute_core::*;
+use proptest::prelude::*;
+
+/// The default cost, scored through the general pipeline only.
+struct General(DefaultCost);
+
+impl Scorer for General {
+    fn inputs(&self, leg: Leg) -> WorkerInputs {
+        self.0.inputs(leg)
+    }
+    fn score(
+        &self,
+        request: &RequestView<'_>,
+        candidates: &Candidates<'_>,
+        costs: &mut [f64],
+    ) -> Result<(), ComponentError> {
+        self.0.score(request, candidates, costs)
+    }
+}
+
+/// Rows that mostly take the fused path: one flag combination for the fleet, small counters,
+/// valid estimates; with small probabilities each thing that sends a selection back to the
+/// general path (another flag set, an overload mark, a counter of 2^52 or more, an invalid
+/// estimate, a missing required taint).
+fn fleet() -> impl Strategy<Value = Vec<Row>> {
+    let row = (
+        (0u32..64, 0u32..8, 0u32..8, 0u32..200),
+        (0u64..5000, 0u64..500, 0u64..40, 0u64..3000),
+        (0u64..4, 0u32..600),
+    );
+    (
+        1usize..48,
+        any::<bool>(),
+        any::<bool>(),
+        proptest::collection::vec(row, 48),
+        any::<bool>(),
+    )
+        .prop_map(|(n, cached, loaded, fields, sorted)| {
+            let mut rows: Vec<Row> = fields[..n]
+                .iter()
+                .enumerate()
+                .map(
+                    |(i, &((dev, host, disk, half), (apt, dcb, nreq, tokens), (taints, odd)))| {
+                        let id = i as u64 / 2;
+                        let mut row = Row::new(WorkerKey::new(id, u32::from(i % 2 == 1)))
+                            .with_taints(TaintSet(taints));
+                        let estimate = f64::from(half) * 0.5;
+                        if cached {
+                            row = row.with_cache(Cache {
+                                device_blocks: dev,
+                                host_blocks: host,
+                                disk_blocks: disk,
+                                effective_blocks: estimate,
+                                effective_tokens: tokens,
+                            });
+                        }
+                        if loaded {
+                            row = row.with_load(Load {
+                                available: true,
+                                active_prefill_tokens: apt,
+                                active_decode_blocks: dcb,
+                                active_requests: nreq,
+                            });
+                        }
+                        match odd {
+                            0 => row.overloaded(true),
+                            1 => Row {
+                                active_prefill_tokens: apt + (1 << 52),
+                                ..row.with_load(Load::default())
+                            },
+                            2 => Row {
+                                effective_tokens: u64::MAX - tokens,
+                                ..row
+                            },
+                            3 => row.with_cache(Cache {
+                                effective_blocks: f64::NAN,
+                                ..Cache::default()
+                            }),
+                            4 => row.with_cache(Cache {
+                                effective_blocks: -1.0,
+                                ..Cache::default()
+                            }),
+                            5 => Row {
+                                flags: RowFlags(row.flags.0 ^ RowFlags::HAS_LOAD.0),
+                                ..row
+                            },
+                            6 => row.with_cache(Cache {
+                                effective_blocks: f64::INFINITY,
+                                ..Cache::default()
+                            }),
+                            _ => row,
+                        }
+                    },
+                )
+                .collect();
+            if !sorted {
+                rows.reverse();
+            }
+            rows
+        })
+}
+
+fn knobs() -> impl Strategy<Value = DefaultCost> {
+    (
+        prop::sample::select(vec![0.0, 1.0, 1.5]),
+        prop::sample::select(vec![0.0, 0.0, 0.0, 1.0]),
+        prop_oneof![Just(1.0), Just(1e308), 0.0..3.0f64],
+        prop_oneof![Just(0.0), 0.0..40.0f64],
+        0.0..=1.0f64,
+        0.0..=1.0f64,
+        prop::sample::select(vec![0.0, 0.0, 0.5]),
+    )
+        .prop_map(|(c, d, s, r, h, k, m)| DefaultCost {
+            overlap_score_credit: c,
+            overlap_score_credit_decay: d,
+            prefill_load_scale: s,
+            decode_active_request_weight: r,
+            host_cache_hit_weight: h,
+            disk_cache_hit_weight: k,
+            shared_cache_multiplier: m,
+        })
+}
+
+/// A selection, its contributions as bits and the selector's last costs (host row, cost bits).
+type Outcome = (Selection, Vec<u64>, Vec<(usize, u64)>);
+
+/// What a selection returned, with costs as bits so that "equal" means bit for bit.
+fn outcome<const N: usize>(
+    result: Result<Selection, SelectError>,
+    selector: &Selector<N>,
+) -> Result<Outcome, SelectError> {
+    result.map(|s| {
+        let contributions = s.contributions().iter().map(|c| c.to_bits()).collect();
+        let last = selector
+            .last_costs()
+            .map(|(i, c)| (i, c.to_bits()))
+            .collect();
+        (s, contributions, last)
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 4000, ..ProptestConfig::default() })]
+
+    #[test]
+    fn the_fused_pass_selects_exactly_as_the_general_pipeline(
+        rows in fleet(), cost in knobs(),
+        role in prop::sample::select(Role::ALL.to_vec()), disagg in any::<bool>(),
+        prompt in prop::sample::select(vec![0u64, 1, 17, 127, 2048, 1 << 52]),
+        block_size in prop::sample::select(vec![16u32, 16, 1, 64, 17, 3]),
+        track in any::<bool>(), tiers in any::<bool>(),
+        required in prop::sample::select(vec![0u64, 0, 0, 1, 2]),
+        shared in proptest::bool::weighted(0.15), preferred in proptest::bool::weighted(0.15),
+        temperature in prop::sample::select(vec![0.0, 0.0, 0.7]),
+        seed in proptest::option::of(any::<u64>()), entropy in any::<u64>(),
+    ) {
+        let hits = [BlockRange::new(0, 3)];
+        let taints = [PreferredTaint { taint: Taint::new(1).unwrap(), weight: 0.5 }];
+        let mut request = Request::new(prompt, block_size)
+            .role(role)
+            .conditional_disagg(disagg)
+            .track_prefill_tokens(track)
+            .has_tier_matches(tiers)
+            .required_taints(TaintSet(required));
+        if shared {
+            request = request.shared_hits(SharedHits::new(&hits).unwrap());
+        }
+        if preferred {
+            request = request.preferred_taints(&taints);
+        }
+        let picker = DefaultPicker { temperature };
+        let fused = Policy::new((), (cost,), picker).unwrap().with_seed(seed);
+        let general = Policy::new((), (General(cost),), picker).unwrap().with_seed(seed);
+        let mut a = Box::new(Selector::<64>::with_entropy(entropy));
+        let mut b = Box::new(Selector::<64>::with_entropy(entropy));
+        // Several selections in a row: the random streams must stay in step too.
+        for _ in 0..4 {
+            let x = fused.select(&mut a, &request, &rows);
+            let x = outcome(x, &a);
+            let y = general.select(&mut b, &request, &rows);
+            let y = outcome(y, &b);
+            prop_assert_eq!(&x, &y);
+            if let Ok((selection, _, _)) = &x {
+                prop_assert_eq!(selection.cost.to_bits(), y.as_ref().unwrap().0.cost.to_bits());
+            }
+        }
+    }
+}
