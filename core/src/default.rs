@@ -362,6 +362,10 @@ impl DefaultCost {
     /// by one OR and one subtraction). Under those conditions it evaluates exactly the formula of
     /// [`DefaultCost`] in the same order, so the costs are identical bit for bit (the corpus and
     /// `tests/fused.rs` compare the two paths).
+    ///
+    /// Never inlined: every caller (Rust hosts, the C ABI) runs this one compiled copy, and its
+    /// size buys nothing from inlining.
+    #[inline(never)]
     pub(crate) fn score_all_candidates(
         &self,
         request: &RequestView<'_>,

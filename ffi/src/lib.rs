@@ -899,24 +899,36 @@ pub(crate) unsafe fn policy_ref<'a>(policy: *const libroute_policy) -> Option<&'
     unsafe { policy.cast::<AbiPolicy>().as_ref() }
 }
 
+#[inline]
 fn role(value: u32) -> Result<Role, libroute_status> {
-    Role::from_u32(value).ok_or_else(|| {
-        fail(
-            libroute_status::InvalidArgument,
-            format_args!("role {value} is not a libroute_role"),
-        )
-    })
+    Role::from_u32(value).ok_or_else(|| not_a_role(value))
 }
 
+#[cold]
+#[inline(never)]
+fn not_a_role(value: u32) -> libroute_status {
+    fail(
+        libroute_status::InvalidArgument,
+        format_args!("role {value} is not a libroute_role"),
+    )
+}
+
+#[inline]
 fn flag(value: u8, name: &str) -> Result<bool, libroute_status> {
-    match value {
-        0 => Ok(false),
-        1 => Ok(true),
-        _ => Err(fail(
-            libroute_status::InvalidArgument,
-            format_args!("{name} is {value}, not 0 or 1"),
-        )),
+    if value <= 1 {
+        Ok(value == 1)
+    } else {
+        Err(not_a_flag(value, name))
     }
+}
+
+#[cold]
+#[inline(never)]
+fn not_a_flag(value: u8, name: &str) -> libroute_status {
+    fail(
+        libroute_status::InvalidArgument,
+        format_args!("{name} is {value}, not 0 or 1"),
+    )
 }
 
 /// Writes the union of the input groups the policy's components read for a request of `role`
