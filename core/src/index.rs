@@ -172,6 +172,9 @@ pub enum KvEvent<'a> {
     },
 }
 
+/// How many of a query's blocks are looked up ahead of counting.
+const FIND_AHEAD: usize = 16;
+
 /// Vertical (bit-sliced) counters: bit `w` of plane `p` is bit `p` of worker `w`'s count, so
 /// adding one to every worker in a mask is a ripple carry over a few words.
 const PLANES: usize = 32;
@@ -597,8 +600,17 @@ where
     pub fn query(&self, hashes: &[u64], out: &mut Overlaps<WORDS>) {
         out.reset();
         let mut active = [u64::MAX; WORDS];
-        for (n, &hash) in hashes.iter().enumerate() {
-            let Some(i) = self.blocks.find(hash) else {
+        // The blocks are found a chunk at a time: the finds are independent, so their cache
+        // misses overlap instead of each waiting behind the counting of the block before.
+        let mut found = [None; FIND_AHEAD];
+        for n in 0..hashes.len() {
+            let ahead = n % FIND_AHEAD;
+            if ahead == 0 {
+                for (slot, &hash) in found.iter_mut().zip(&hashes[n..]) {
+                    *slot = self.blocks.find(hash);
+                }
+            }
+            let Some(i) = found[ahead] else {
                 break;
             };
             let held = &self.blocks.value(i).held;
