@@ -1,6 +1,7 @@
-//! Where one selection's time goes, at 1,024 candidates: the pipeline alone (validation,
-//! eligibility, overload), plus a trivial scorer, plus the default cost, and the full default
-//! policy. `cargo bench -p libroute-benches --bench breakdown`.
+//! Where one selection's time goes, at 1,024 candidates. The general pipeline: alone
+//! (validation, eligibility, overload), plus a trivial scorer, plus the default cost (wrapped so
+//! it cannot be fused). The fused pass: the default cost with a trivial picker. And the full
+//! default policy. `cargo bench -p libroute-benches --bench breakdown`.
 
 use std::hint::black_box;
 
@@ -49,6 +50,24 @@ impl Scorer for Zero {
     }
 }
 
+/// The default cost, through the general pipeline only (a scorer that is not exactly the default
+/// cost is never fused).
+struct General(DefaultCost);
+
+impl Scorer for General {
+    fn inputs(&self, leg: Leg) -> WorkerInputs {
+        self.0.inputs(leg)
+    }
+    fn score(
+        &self,
+        request: &RequestView<'_>,
+        candidates: &Candidates<'_>,
+        costs: &mut [f64],
+    ) -> Result<(), ComponentError> {
+        self.0.score(request, candidates, costs)
+    }
+}
+
 fn breakdown(c: &mut Criterion) {
     let rows = bench_fleet(1024);
     let request = Request::new(2048, 16);
@@ -68,8 +87,29 @@ fn breakdown(c: &mut Criterion) {
                 .unwrap()
         });
     });
-    let scored = Policy::new((), (DefaultCost::default(),), First).unwrap();
+    let general = Policy::new((), (General(DefaultCost::default()),), First).unwrap();
     c.bench_function("pipeline+default-scorer", |b| {
+        b.iter(|| {
+            general
+                .select(&mut s, black_box(&request), black_box(&rows))
+                .unwrap()
+        });
+    });
+    let general_full = Policy::new(
+        (),
+        (General(DefaultCost::default()),),
+        DefaultPicker::default(),
+    )
+    .unwrap();
+    c.bench_function("pipeline+default-scorer+default-picker", |b| {
+        b.iter(|| {
+            general_full
+                .select(&mut s, black_box(&request), black_box(&rows))
+                .unwrap()
+        });
+    });
+    let scored = Policy::new((), (DefaultCost::default(),), First).unwrap();
+    c.bench_function("fused-default-scorer", |b| {
         b.iter(|| {
             scored
                 .select(&mut s, black_box(&request), black_box(&rows))
