@@ -702,10 +702,8 @@ impl<F: Filters, S: Scorers, P: Picker> Policy<F, S, P> {
         )
     }
 
-    #[allow(
-        clippy::too_many_lines,
-        reason = "one pass of the pipeline, kept in order"
-    )]
+    /// One selection: the request and capacity checks, steps 1 to 3 (fused when the policy
+    /// allows it, else [`Policy::admit_and_score`]), then the picker and the accounting values.
     fn run(
         &self,
         scratch: &mut Scratch<'_>,
