@@ -765,6 +765,15 @@ impl Scorer for WeightedScorer {
         }
         Ok(())
     }
+
+    fn as_default_cost(&self) -> Option<&DefaultCost> {
+        // At weight 1 the costs are the default cost's own, so the fused pass applies.
+        if self.weight == 1.0 {
+            self.scorer.get().as_default_cost()
+        } else {
+            None
+        }
+    }
 }
 
 /// Any builtin picker.
