@@ -354,14 +354,18 @@ impl DefaultCost {
     /// Admission and this cost for every row of `rows` in one pass, for a policy with no filters,
     /// this cost as its only scorer and no pin, when every row is a candidate: valid, carrying
     /// `required`, not overloaded. Writes `costs[i]` for row `i` and returns `true` when that holds
-    /// for every row and every cost is finite; returns `false` otherwise, and then `costs` holds
-    /// nothing the caller may use (the general pipeline decides, and reports what is wrong).
+    /// for every row; returns `false` otherwise, and then `costs` holds nothing the caller may
+    /// use (the general pipeline decides, and reports what is wrong).
     ///
     /// The pass needs what makes one branch-free loop possible: every row with the same flags,
-    /// no decay, shared hits or preferred taints, and counters below 2^52 (converted to `f64`
-    /// by one OR and one subtraction). Under those conditions it evaluates exactly the formula of
-    /// [`DefaultCost`] in the same order, so the costs are identical bit for bit (the corpus and
-    /// `tests/fused.rs` compare the two paths).
+    /// no decay, shared hits or preferred taints, a power-of-two block size, counters below 2^52
+    /// (converted to `f64` by one OR and one subtraction), weights below [`WEIGHT_LIMIT`] (so
+    /// every cost is finite without a check), and, without tier matches, no host or disk blocks.
+    /// (An estimate of -0.0 is valid but also left to the general path: the pass checks the
+    /// estimates' sign and exponent bits.)
+    /// Under those conditions it evaluates exactly the formula of [`DefaultCost`] in the same
+    /// order, so the costs are identical bit for bit (the corpus and `tests/fused.rs` compare the
+    /// two paths).
     ///
     /// Never inlined: every caller (Rust hosts, the C ABI) runs this one compiled copy, and its
     /// size buys nothing from inlining.
@@ -380,6 +384,8 @@ impl DefaultCost {
         let flags = first.flags;
         if !ctx.is_plain()
             || ctx.prompt >= EXACT_LIMIT
+            || self.prefill_load_scale > WEIGHT_LIMIT
+            || self.decode_active_request_weight > WEIGHT_LIMIT
             || flags.0 & !RowFlags::ALL.0 != 0
             || flags.contains(RowFlags::OVERLOADED)
             || costs.len() < rows.len()
@@ -394,14 +400,27 @@ impl DefaultCost {
         {
             return false;
         }
-        let cache = ctx.cache_declared && flags.contains(RowFlags::HAS_CACHE);
-        let load = flags.contains(RowFlags::HAS_LOAD);
-        let formula = if ctx.subtract_from_decode {
-            Formula::SUBTRACT_FROM_DECODE
-        } else if ctx.track {
-            Formula::TRACKED_PREFILL
+        let credit = if !(ctx.cache_declared && flags.contains(RowFlags::HAS_CACHE)) {
+            Mode::CREDIT_NONE
+        } else if ctx.has_tier_matches {
+            Mode::CREDIT_TIERS
         } else {
-            Formula::UNTRACKED_PREFILL
+            Mode::CREDIT_ESTIMATE
+        };
+        let load = if !flags.contains(RowFlags::HAS_LOAD) {
+            Mode::LOAD_NONE
+        } else if self.decode_active_request_weight == 0.0 {
+            // `0 * nreq` is `+ 0.0`, which changes no sum of non-negative terms.
+            Mode::LOAD_WITHOUT_REQUESTS
+        } else {
+            Mode::LOAD_WITH_REQUESTS
+        };
+        let formula = if ctx.subtract_from_decode {
+            Mode::SUBTRACT_FROM_DECODE
+        } else if ctx.track {
+            Mode::TRACKED_PREFILL
+        } else {
+            Mode::UNTRACKED_PREFILL
         };
         let pass = FusedPass {
             ctx: &ctx,
@@ -410,38 +429,35 @@ impl DefaultCost {
             estimates: flags.contains(RowFlags::HAS_CACHE),
         };
         let costs = &mut costs[..rows.len()];
-        // One loop per combination, so the loop body has no request-wide branch left.
+        // One loop per mode, so the loop body has no request-wide branch left.
         macro_rules! dispatch {
-            ($($cache:literal $load:literal $tier:literal),+) => {
-                match (cache, load, cache && ctx.has_tier_matches, formula) {
-                    $(
-                        ($cache, $load, $tier, Formula::SUBTRACT_FROM_DECODE) => pass
-                            .run::<$cache, $load, $tier, { Formula::SUBTRACT_FROM_DECODE }>(rows, costs),
-                        ($cache, $load, $tier, Formula::TRACKED_PREFILL) => pass
-                            .run::<$cache, $load, $tier, { Formula::TRACKED_PREFILL }>(rows, costs),
-                        ($cache, $load, $tier, _) => pass
-                            .run::<$cache, $load, $tier, { Formula::UNTRACKED_PREFILL }>(rows, costs),
-                    )+
+            ($($mode:literal)+) => {
+                match credit * 9 + load * 3 + formula {
+                    $($mode => pass.run::<$mode>(rows, costs),)+
+                    _ => false,
                 }
             };
         }
-        dispatch!(
-            true true true,
-            true true false,
-            true false true,
-            true false false,
-            false true false,
-            false false false,
-            false true true,
-            false false true
-        )
+        dispatch!(0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 25 26)
     }
 }
 
-/// Which branch of the cost formula a request takes (fixed per selection).
-struct Formula;
+/// The fused loop's modes: `credit * 9 + load * 3 + formula`, fixed per selection.
+struct Mode;
 
-impl Formula {
+impl Mode {
+    /// No credit: CACHE is not read (not declared, or rows without a cache entry).
+    const CREDIT_NONE: u8 = 0;
+    /// No tier matches: the estimate is the device credit; host and disk blocks must be 0.
+    const CREDIT_ESTIMATE: u8 = 1;
+    /// Tier matches: device, host and disk blocks.
+    const CREDIT_TIERS: u8 = 2;
+    /// Rows without a load projection.
+    const LOAD_NONE: u8 = 0;
+    /// A load projection, and `decode_active_request_weight` 0 (`nreq` is not read).
+    const LOAD_WITHOUT_REQUESTS: u8 = 1;
+    /// A load projection with `nreq` charged.
+    const LOAD_WITH_REQUESTS: u8 = 2;
     /// `max(0, dcb - credit) + req_cost`.
     const SUBTRACT_FROM_DECODE: u8 = 0;
     /// The prefill formula with `raw_tokens` from the prompt and the load.
@@ -449,6 +465,12 @@ impl Formula {
     /// The prefill formula with `raw_tokens = 0`.
     const UNTRACKED_PREFILL: u8 = 2;
 }
+
+/// The fused pass needs no finiteness check per cost when the two weights that multiply
+/// unbounded terms stay below this: every other factor is below 2^53 (counters below 2^52, block
+/// credits clamped at 0), so each of the three summed terms is below 2^53 * 1e270 and their sum
+/// far below `f64::MAX`. (A credit that overflows only clamps its term to 0.)
+const WEIGHT_LIMIT: f64 = 1e270;
 
 /// Integers below this convert to `f64` exactly through [`exact_f64`].
 const EXACT_LIMIT: u64 = 1 << 52;
@@ -473,12 +495,10 @@ struct FusedPass<'a> {
 }
 
 impl FusedPass<'_> {
-    /// `CACHE`: the cache inputs are read; `LOAD`: rows carry a load projection; `TIER`: the
-    /// request has tier matches (device overlap is the device tier, not the estimate); `FORMULA`:
-    /// a [`Formula`].
+    /// The loop of one [`Mode`] (`MODE = credit * 9 + load * 3 + formula`).
     #[allow(
         clippy::inline_always,
-        reason = "inlined into each dispatch arm, so every combination gets its own branch-free loop"
+        reason = "inlined into each dispatch arm, so every mode gets its own branch-free loop"
     )]
     #[allow(
         clippy::needless_bitwise_bool,
@@ -486,74 +506,91 @@ impl FusedPass<'_> {
         reason = "branch-free folds keep the loop free of branches and vectorizable"
     )]
     #[inline(always)]
-    fn run<const CACHE: bool, const LOAD: bool, const TIER: bool, const FORMULA: u8>(
-        &self,
-        rows: &[Row],
-        costs: &mut [f64],
-    ) -> bool {
+    fn run<const MODE: u8>(&self, rows: &[Row], costs: &mut [f64]) -> bool {
+        let (credit_mode, load_mode, formula) = (MODE / 9, MODE / 3 % 3, MODE % 3);
         let ctx = self.ctx;
         let k = ctx.cost;
         let prompt = exact_f64(ctx.prompt);
         // Each fold collects, without branching, something that sends the selection back to the
         // general pipeline: a row that is not a plain candidate, a counter too large for
-        // `exact_f64`, an invalid estimate, a cost that is not finite.
-        let (mut odd, mut high, mut estimates_ok, mut finite) = (0u64, 0u64, true, true);
+        // `exact_f64`, an invalid estimate, host or disk blocks without tier matches.
+        let (mut odd, mut high, mut signs, mut tiers) = (0u32, 0u64, 0u64, 0u64);
         for (row, cost) in rows.iter().zip(costs.iter_mut()) {
-            odd |= u64::from(row.flags.0 ^ self.flags);
+            odd |= row.flags.0 ^ self.flags;
             let estimate = row.effective_blocks;
-            estimates_ok &= !self.estimates | ((estimate >= 0.0) & (estimate <= f64::MAX));
-            let (credit, effective_tokens) = if CACHE {
+            // `0 <= estimate <= MAX` from the bits: the sign bit is clear and the exponent is not
+            // all ones (adding 1 to it carries into the sign bit). -0.0 counts as invalid here
+            // and goes to the general path, which accepts it.
+            let bits = estimate.to_bits();
+            signs |= bits | bits.wrapping_add(1 << 52);
+            // `c_ovl * decay * device` with decay 1, and no shared term: `+ 0.0` to a sum of
+            // non-negative terms changes nothing.
+            let (credit, effective_tokens) = if credit_mode == Mode::CREDIT_TIERS {
                 high |= row.effective_tokens;
-                let device = if TIER {
-                    f64::from(row.device_blocks)
-                } else {
-                    estimate
-                };
-                // `c_ovl * decay * device` with decay 1, and no shared term: `+ 0.0` to a sum of
-                // non-negative terms changes nothing.
-                let credit = ctx.c_ovl * device
+                let credit = ctx.c_ovl * f64::from(row.device_blocks)
                     + k.host_cache_hit_weight * f64::from(row.host_blocks)
                     + k.disk_cache_hit_weight * f64::from(row.disk_blocks);
                 (credit, exact_f64(row.effective_tokens))
+            } else if credit_mode == Mode::CREDIT_ESTIMATE {
+                // Without tier matches no worker has host or disk blocks of this request (rows
+                // carry the estimate), so both terms are `+ 0.0`. A row that has some anyway
+                // goes to the general path.
+                high |= row.effective_tokens;
+                tiers |= u64::from(row.host_blocks) | (u64::from(row.disk_blocks) << 32);
+                (ctx.c_ovl * estimate, exact_f64(row.effective_tokens))
             } else {
                 (0.0, 0.0)
             };
-            let (prefill, decode_blocks, requests) = if LOAD {
-                high |= row.active_prefill_tokens | row.active_decode_blocks | row.active_requests;
+            let (prefill, decode_blocks, request_cost) = if load_mode == Mode::LOAD_NONE {
+                (0.0, 0.0, 0.0)
+            } else {
+                high |= row.active_prefill_tokens | row.active_decode_blocks;
+                let request_cost = if load_mode == Mode::LOAD_WITH_REQUESTS {
+                    high |= row.active_requests;
+                    k.decode_active_request_weight * exact_f64(row.active_requests)
+                } else {
+                    0.0
+                };
                 (
                     exact_f64(row.active_prefill_tokens),
                     exact_f64(row.active_decode_blocks),
-                    exact_f64(row.active_requests),
+                    request_cost,
                 )
-            } else {
-                (0.0, 0.0, 0.0)
             };
-            let request_cost = k.decode_active_request_weight * requests;
-            let total = if FORMULA == Formula::SUBTRACT_FROM_DECODE {
-                non_negative(decode_blocks - credit) + request_cost
+            // `+ request_cost` is skipped when it is `+ 0.0` (no change to the non-negative sum).
+            let charged = |cost: f64| {
+                if load_mode == Mode::LOAD_WITH_REQUESTS {
+                    cost + request_cost
+                } else {
+                    cost
+                }
+            };
+            *cost = if formula == Mode::SUBTRACT_FROM_DECODE {
+                charged(non_negative(decode_blocks - credit))
             } else {
                 // Both terms are integers below 2^52, so the sum is the exact integer the general
                 // path converts: `apt + max(P, E_tokens)`.
-                let raw_tokens = if FORMULA == Formula::UNTRACKED_PREFILL {
+                let raw_tokens = if formula == Mode::UNTRACKED_PREFILL {
                     0.0
-                } else if LOAD {
+                } else if load_mode == Mode::LOAD_NONE {
+                    prompt
+                } else {
                     prefill
                         + if prompt > effective_tokens {
                             prompt
                         } else {
                             effective_tokens
                         }
-                } else {
-                    prompt
                 };
-                k.prefill_load_scale * non_negative(raw_tokens * self.per_block - credit)
-                    + decode_blocks
-                    + request_cost
+                charged(
+                    k.prefill_load_scale * non_negative(raw_tokens * self.per_block - credit)
+                        + decode_blocks,
+                )
             };
-            finite &= total <= f64::MAX;
-            *cost = total;
         }
-        odd == 0 && high < EXACT_LIMIT && estimates_ok && finite
+        // Rows without a cache entry need no valid estimate.
+        let estimates_ok = signs >> 63 == 0;
+        odd == 0 && tiers == 0 && high < EXACT_LIMIT && (estimates_ok || !self.estimates)
     }
 }
 
@@ -606,10 +643,7 @@ impl Picker for DefaultPicker {
             for (c, chunk) in costs.chunks(PICK_CHUNK).enumerate() {
                 // A chunk whose every cost exceeds the best so far can neither lower it nor tie
                 // it, so it changes nothing and draws nothing: skip it after a branch-free min.
-                let low = chunk
-                    .iter()
-                    .fold(f64::INFINITY, |low, &x| if x < low { x } else { low });
-                if low > best_cost {
+                if chunk_min(chunk) > best_cost {
                     continue;
                 }
                 for (j, &cost) in chunk.iter().enumerate() {
@@ -644,6 +678,23 @@ impl Picker for DefaultPicker {
 
 /// Costs per chunk of the minimum-cost scan.
 const PICK_CHUNK: usize = 16;
+
+/// The least value of `chunk` (NaN ignored, `+inf` when empty), in four independent lanes so
+/// the comparisons do not wait on each other.
+#[inline]
+fn chunk_min(chunk: &[f64]) -> f64 {
+    let min = |a: f64, b: f64| if b < a { b } else { a };
+    let mut lanes = [f64::INFINITY; 4];
+    let quads = chunk.chunks_exact(4);
+    let rest = quads.remainder();
+    for quad in quads {
+        for (lane, &x) in lanes.iter_mut().zip(quad) {
+            *lane = min(*lane, x);
+        }
+    }
+    let low = min(min(lanes[0], lanes[1]), min(lanes[2], lanes[3]));
+    rest.iter().fold(low, |low, &x| min(low, x))
+}
 
 /// The temperature sampler: fills `probabilities` and returns the row `sample` falls in.
 ///
@@ -762,6 +813,18 @@ mod tests {
             !with(|r| r.active_prefill_tokens = u64::MAX),
             "a saturating sum"
         );
+        assert!(
+            !with(|r| r.effective_blocks = -0.0),
+            "-0.0 (valid, left to the general path)"
+        );
+        assert!(
+            !with(|r| r.host_blocks = 1),
+            "host blocks without tier matches"
+        );
+        let mut rows = fleet();
+        rows[3].disk_blocks = 1;
+        let tiers = Request::new(64, 16).has_tier_matches(true);
+        assert!(fused(&tiers, &rows).0, "disk blocks with tier matches");
         assert!(
             !fused(&Request::new(64, 17), &fleet()).0,
             "a block size that is no power of two"

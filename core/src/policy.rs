@@ -327,6 +327,9 @@ pub struct Selector<const N: usize> {
     unseeded: WyRand,
     seeded: Option<(u64, WyRand)>,
     last: Last,
+    /// `order[..identity]` holds `0, 1, 2, ...` (left by fused selections, so the next one need
+    /// not write it again).
+    identity: usize,
 }
 
 /// Where the last successful selection left its per-candidate totals.
@@ -385,6 +388,7 @@ impl<const N: usize> Selector<N> {
                 candidates: 0,
                 in_first_column: false,
             },
+            identity: 0,
         }
     }
 
@@ -435,6 +439,7 @@ impl<const N: usize> Selector<N> {
             totals: &mut self.totals,
             work: &mut self.work,
             last: &mut self.last,
+            identity: &mut self.identity,
         }
     }
 }
@@ -447,6 +452,8 @@ struct Scratch<'a> {
     totals: &'a mut [f64],
     work: &'a mut [f64],
     last: &'a mut Last,
+    /// `order[..*identity]` holds `0, 1, 2, ...`.
+    identity: &'a mut usize,
 }
 
 impl<F: Filters, S: Scorers, P: Picker> Policy<F, S, P> {
@@ -806,6 +813,8 @@ impl<F: Filters, S: Scorers, P: Picker> Policy<F, S, P> {
     ) -> Result<usize, SelectError> {
         let leg = request.leg();
         let filter_view = RequestView::new(request, self.filter_inputs(leg));
+        // This writes `order`.
+        *scratch.identity = 0;
 
         // 1. Eligibility, overload and filters, in that order, per row.
         let m = if let Some(pin) = request.pin {
@@ -984,14 +993,24 @@ impl<F: Filters, S: Scorers, P: Picker> Policy<F, S, P> {
         if !cost.score_all_candidates(&view, request.required_taints, rows, scratch.costs) {
             return false;
         }
-        for (k, slot) in scratch.order[..rows.len()].iter_mut().enumerate() {
-            #[allow(
-                clippy::cast_possible_truncation,
-                reason = "rows.len() <= capacity <= u32::MAX"
-            )]
+        // Every row is a candidate, in host order; the order left by the last fused selection
+        // is reused as far as it goes.
+        let known = *scratch.identity;
+        if rows.len() > known {
+            for (k, slot) in scratch.order[..rows.len()]
+                .iter_mut()
+                .enumerate()
+                .skip(known)
             {
-                *slot = k as u32;
+                #[allow(
+                    clippy::cast_possible_truncation,
+                    reason = "rows.len() <= capacity <= u32::MAX"
+                )]
+                {
+                    *slot = k as u32;
+                }
             }
+            *scratch.identity = rows.len();
         }
         true
     }

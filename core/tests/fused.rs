@@ -25,9 +25,9 @@ impl Scorer for General {
 }
 
 /// Rows that mostly take the fused path: one flag combination for the fleet, small counters,
-/// valid estimates; with small probabilities each thing that sends a selection back to the
-/// general path (another flag set, an overload mark, a counter of 2^52 or more, an invalid
-/// estimate, a missing required taint).
+/// valid estimates, host and disk blocks in half the fleets; with small probabilities each thing
+/// that sends a selection back to the general path (another flag set, an overload mark, a
+/// counter of 2^52 or more, an invalid estimate, a missing required taint).
 fn fleet() -> impl Strategy<Value = Vec<Row>> {
     let row = (
         (0u32..64, 0u32..8, 0u32..8, 0u32..200),
@@ -36,12 +36,11 @@ fn fleet() -> impl Strategy<Value = Vec<Row>> {
     );
     (
         1usize..48,
-        any::<bool>(),
-        any::<bool>(),
+        (any::<bool>(), any::<bool>(), any::<bool>()),
         proptest::collection::vec(row, 48),
         any::<bool>(),
     )
-        .prop_map(|(n, cached, loaded, fields, sorted)| {
+        .prop_map(|(n, (cached, loaded, host_and_disk), fields, sorted)| {
             let mut rows: Vec<Row> = fields[..n]
                 .iter()
                 .enumerate()
@@ -51,6 +50,9 @@ fn fleet() -> impl Strategy<Value = Vec<Row>> {
                         let mut row = Row::new(WorkerKey::new(id, u32::from(i % 2 == 1)))
                             .with_taints(TaintSet(taints));
                         let estimate = f64::from(half) * 0.5;
+                        // Without host and disk blocks, as rows of a request without tier
+                        // matches are.
+                        let (host, disk) = if host_and_disk { (host, disk) } else { (0, 0) };
                         if cached {
                             row = row.with_cache(Cache {
                                 device_blocks: dev,
@@ -191,4 +193,43 @@ proptest! {
             }
         }
     }
+}
+
+#[test]
+fn fused_and_general_selections_can_alternate_on_one_selector() {
+    let rows: Vec<Row> = (0..8u64)
+        .map(|id| {
+            Row::new(WorkerKey::new(id, 0)).with_load(Load {
+                active_decode_blocks: 40 - id,
+                ..Load::default()
+            })
+        })
+        .collect();
+    let mut overloaded = rows.clone();
+    overloaded[0] = overloaded[0].overloaded(true);
+    let fused = DefaultKnobs::default().build().unwrap();
+    let general = Policy::new(
+        (),
+        (General(DefaultCost::default()),),
+        DefaultPicker::default(),
+    )
+    .unwrap();
+    let (mut a, mut b) = (Selector::<16>::new(), Selector::<16>::new());
+    // Fused, general (a row removed, so the candidate order is no longer the host's), a shorter
+    // fused selection, and the full one again: each must see its own candidates.
+    for fleet in [&rows[..], &overloaded[..], &rows[..3], &rows[..]] {
+        let x = fused.select(&mut a, &Request::new(64, 16), fleet).unwrap();
+        let y = general
+            .select(&mut b, &Request::new(64, 16), fleet)
+            .unwrap();
+        assert_eq!(x, y);
+        assert_eq!(
+            a.last_costs().collect::<Vec<_>>(),
+            b.last_costs().collect::<Vec<_>>()
+        );
+    }
+    assert_eq!(
+        a.last_costs().map(|(row, _)| row).collect::<Vec<_>>(),
+        (0..8).collect::<Vec<_>>()
+    );
 }
