@@ -359,13 +359,12 @@ impl DefaultCost {
     ///
     /// The pass needs what makes one branch-free loop possible: every row with the same flags,
     /// no decay, shared hits or preferred taints, a power-of-two block size, counters below 2^52
-    /// (converted to `f64` by one OR and one subtraction), weights below [`WEIGHT_LIMIT`] (so
-    /// every cost is finite without a check), and, without tier matches, no host or disk blocks.
-    /// (An estimate of -0.0 is valid but also left to the general path: the pass checks the
-    /// estimates' sign and exponent bits.)
-    /// Under those conditions it evaluates exactly the formula of [`DefaultCost`] in the same
-    /// order, so the costs are identical bit for bit (the corpus and `tests/fused.rs` compare the
-    /// two paths).
+    /// (converted to `f64` by one OR and one subtraction), weights within the bounds of
+    /// [`DefaultCost::costs_are_bounded`] (so every cost is finite without a check), and,
+    /// without tier matches, no host or disk blocks. (An estimate of -0.0 is valid but also left
+    /// to the general path: the pass checks the estimates' sign and exponent bits.) Under those
+    /// conditions it evaluates exactly the formula of [`DefaultCost`] in the same order, so the
+    /// costs are identical bit for bit (the corpus and `tests/fused.rs` compare the two paths).
     ///
     /// Never inlined: every caller (Rust hosts, the C ABI) runs this one compiled copy, and its
     /// size buys nothing from inlining.
@@ -384,8 +383,7 @@ impl DefaultCost {
         let flags = first.flags;
         if !ctx.is_plain()
             || ctx.prompt >= EXACT_LIMIT
-            || self.prefill_load_scale > WEIGHT_LIMIT
-            || self.decode_active_request_weight > WEIGHT_LIMIT
+            || !self.costs_are_bounded()
             || flags.0 & !RowFlags::ALL.0 != 0
             || flags.contains(RowFlags::OVERLOADED)
             || costs.len() < rows.len()
@@ -466,10 +464,26 @@ impl Mode {
     const UNTRACKED_PREFILL: u8 = 2;
 }
 
-/// The fused pass needs no finiteness check per cost when the two weights that multiply
-/// unbounded terms stay below this: every other factor is below 2^53 (counters below 2^52, block
-/// credits clamped at 0), so each of the three summed terms is below 2^53 * 1e270 and their sum
-/// far below `f64::MAX`. (A credit that overflows only clamps its term to 0.)
+impl DefaultCost {
+    /// Whether every cost of the fused pass is finite without a check: the credit weights finite
+    /// and `>= 0` (so a credit is `>= 0`, NaN or `+inf`, and `max(0, x - credit)` lies in
+    /// `[0, x]`), and the two weights that multiply unbounded terms in `[0, WEIGHT_LIMIT]`. Every
+    /// other factor is below 2^53 (counters below 2^52, `1/bs <= 1`), so each summed term is below
+    /// 2^53 * 1e270 and the sum far below `f64::MAX`. Validated knobs always qualify; a policy
+    /// composed from unvalidated ones may not, and then the general pipeline checks every cost.
+    fn costs_are_bounded(&self) -> bool {
+        let credit = |w: f64| w.is_finite() && w >= 0.0;
+        let factor = |w: f64| (0.0..=WEIGHT_LIMIT).contains(&w);
+        credit(self.overlap_score_credit)
+            && credit(self.host_cache_hit_weight)
+            && credit(self.disk_cache_hit_weight)
+            && factor(self.prefill_load_scale)
+            && factor(self.decode_active_request_weight)
+    }
+}
+
+/// The largest `prefill_load_scale` and `decode_active_request_weight` the fused pass takes
+/// (see [`DefaultCost::costs_are_bounded`]).
 const WEIGHT_LIMIT: f64 = 1e270;
 
 /// Integers below this convert to `f64` exactly through [`exact_f64`].

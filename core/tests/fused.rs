@@ -108,15 +108,24 @@ fn fleet() -> impl Strategy<Value = Vec<Row>> {
         })
 }
 
+/// A knob as hosts validate it (mostly), or any of the values validation rejects, which a
+/// policy composed directly from a `DefaultCost` still accepts.
+fn unvalidated(valid: impl Strategy<Value = f64> + 'static) -> impl Strategy<Value = f64> {
+    prop_oneof![
+        8 => valid,
+        1 => prop::sample::select(vec![f64::NAN, -1.0, -1e300, f64::INFINITY, f64::NEG_INFINITY, 1e300]),
+    ]
+}
+
 fn knobs() -> impl Strategy<Value = DefaultCost> {
     (
-        prop::sample::select(vec![0.0, 1.0, 1.5]),
-        prop::sample::select(vec![0.0, 0.0, 0.0, 1.0]),
-        prop_oneof![Just(1.0), Just(1e308), 0.0..3.0f64],
-        prop_oneof![Just(0.0), 0.0..40.0f64],
-        0.0..=1.0f64,
-        0.0..=1.0f64,
-        prop::sample::select(vec![0.0, 0.0, 0.5]),
+        unvalidated(prop::sample::select(vec![0.0, 1.0, 1.5])),
+        unvalidated(prop::sample::select(vec![0.0, 0.0, 0.0, 1.0])),
+        unvalidated(prop_oneof![Just(1.0), Just(1e308), 0.0..3.0f64]),
+        unvalidated(prop_oneof![Just(0.0), 0.0..40.0f64]),
+        unvalidated((0.0..=1.0f64).boxed()),
+        unvalidated((0.0..=1.0f64).boxed()),
+        unvalidated(prop::sample::select(vec![0.0, 0.0, 0.5])),
     )
         .prop_map(|(c, d, s, r, h, k, m)| DefaultCost {
             overlap_score_credit: c,
