@@ -730,10 +730,10 @@ impl<F: Filters, S: Scorers, P: Picker> Policy<F, S, P> {
             });
         }
         let leg = request.leg();
-        let m = if self.fused(scratch, request, rows, sort) {
-            rows.len()
-        } else {
-            self.admit_and_score(scratch, request, rows, sort)?
+        // The union of every component's inputs, gathered as each is asked (as `Policy::inputs`).
+        let (m, mut declared) = match self.fused(scratch, request, rows, sort) {
+            Some(declared) => (rows.len(), declared),
+            None => self.admit_and_score(scratch, request, rows, sort)?,
         };
         let order: &[u32] = &scratch.order[..m];
         let scorers = self.scorers.len();
@@ -746,6 +746,7 @@ impl<F: Filters, S: Scorers, P: Picker> Policy<F, S, P> {
 
         // 4. The picker, unless the request is pinned (no draw for a pin).
         let picker_view = RequestView::new(request, self.picker.inputs(leg));
+        declared |= picker_view.inputs();
         let pick = if request.pin.is_some() {
             Pick {
                 index: 0,
@@ -778,7 +779,7 @@ impl<F: Filters, S: Scorers, P: Picker> Policy<F, S, P> {
         for (s, c) in contributions.iter_mut().enumerate().take(scorers) {
             *c = scratch.costs[s * capacity + pick.index];
         }
-        let cached_tokens = if self.inputs(leg).contains(WorkerInputs::CACHE) {
+        let cached_tokens = if declared.contains(WorkerInputs::CACHE) {
             rows[row].cache().effective_tokens
         } else {
             0
@@ -799,7 +800,7 @@ impl<F: Filters, S: Scorers, P: Picker> Policy<F, S, P> {
     /// Steps 1 to 3 of the pipeline: eligibility, overload and filters per row into
     /// `scratch.order`, the canonical order in seeded mode, then every scorer into its column and
     /// the totals (into `scratch.totals` when there is more than one scorer). Returns how many
-    /// candidates there are.
+    /// candidates there are and the union of the filters' and scorers' inputs.
     #[allow(
         clippy::too_many_lines,
         reason = "the pipeline's admission and scoring, kept in order"
@@ -810,9 +811,11 @@ impl<F: Filters, S: Scorers, P: Picker> Policy<F, S, P> {
         request: &Request<'_>,
         rows: &[Row],
         sort: bool,
-    ) -> Result<usize, SelectError> {
+    ) -> Result<(usize, WorkerInputs), SelectError> {
         let leg = request.leg();
-        let filter_view = RequestView::new(request, self.filter_inputs(leg));
+        let filter_inputs = self.filter_inputs(leg);
+        let filter_view = RequestView::new(request, filter_inputs);
+        let mut declared = filter_inputs;
         // This writes `order`.
         *scratch.identity = 0;
 
@@ -934,7 +937,9 @@ impl<F: Filters, S: Scorers, P: Picker> Policy<F, S, P> {
             let Some(scorer) = self.scorers.get(s) else {
                 continue;
             };
-            let view = RequestView::new(request, scorer.inputs(leg));
+            let inputs = scorer.inputs(leg);
+            declared |= inputs;
+            let view = RequestView::new(request, inputs);
             let column = &mut scratch.costs[s * capacity..s * capacity + m];
             column.fill(f64::NAN);
             scorer
@@ -962,36 +967,33 @@ impl<F: Filters, S: Scorers, P: Picker> Policy<F, S, P> {
                 });
             }
         }
-        Ok(m)
+        Ok((m, declared))
     }
 
     /// Steps 1 to 3 fused, for a policy that is exactly Dynamo's default cost with no filters
     /// and a request without a pin, when every row is a candidate (see
     /// [`DefaultCost::score_all_candidates`]); in seeded mode only when the rows are already in
-    /// canonical order. Returns `false` when the general steps must run instead; they then
-    /// overwrite everything this wrote.
+    /// canonical order. Returns the scorer's inputs (the only component's so far), or `None` when
+    /// the general steps must run instead; they then overwrite everything this wrote.
     fn fused(
         &self,
         scratch: &mut Scratch<'_>,
         request: &Request<'_>,
         rows: &[Row],
         sort: bool,
-    ) -> bool {
+    ) -> Option<WorkerInputs> {
         if request.pin.is_some() || !self.filters.is_empty() || self.scorers.len() != 1 {
-            return false;
+            return None;
         }
-        let Some(scorer) = self.scorers.get(0) else {
-            return false;
-        };
-        let Some(cost) = scorer.as_default_cost() else {
-            return false;
-        };
+        let scorer = self.scorers.get(0)?;
+        let cost = scorer.as_default_cost()?;
         if sort && !rows.windows(2).all(|pair| pair[0].worker < pair[1].worker) {
-            return false;
+            return None;
         }
-        let view = RequestView::new(request, scorer.inputs(request.leg()));
+        let inputs = scorer.inputs(request.leg());
+        let view = RequestView::new(request, inputs);
         if !cost.score_all_candidates(&view, request.required_taints, rows, scratch.costs) {
-            return false;
+            return None;
         }
         // Every row is a candidate, in host order; the order left by the last fused selection
         // is reused as far as it goes.
@@ -1012,7 +1014,7 @@ impl<F: Filters, S: Scorers, P: Picker> Policy<F, S, P> {
             }
             *scratch.identity = rows.len();
         }
-        true
+        Some(inputs)
     }
 
     /// Eligibility (required taints), host overload marks, then filters in order. An ineligible
