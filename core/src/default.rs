@@ -438,6 +438,22 @@ impl DefaultCost {
         }
         dispatch!(0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 25 26)
     }
+
+    /// Whether every cost of the fused pass is finite without a check: the credit weights finite
+    /// and `>= 0` (so a credit is `>= 0`, NaN or `+inf`, and `max(0, x - credit)` lies in
+    /// `[0, x]`), and the two weights that multiply unbounded terms in `[0, WEIGHT_LIMIT]`. Every
+    /// other factor is below 2^53 (counters below 2^52, `1/bs <= 1`), so each summed term is below
+    /// 2^53 * 1e270 and the sum far below `f64::MAX`. Validated knobs always qualify; a policy
+    /// composed from unvalidated ones may not, and then the general pipeline checks every cost.
+    fn costs_are_bounded(&self) -> bool {
+        let credit = |w: f64| w.is_finite() && w >= 0.0;
+        let factor = |w: f64| (0.0..=WEIGHT_LIMIT).contains(&w);
+        credit(self.overlap_score_credit)
+            && credit(self.host_cache_hit_weight)
+            && credit(self.disk_cache_hit_weight)
+            && factor(self.prefill_load_scale)
+            && factor(self.decode_active_request_weight)
+    }
 }
 
 /// The fused loop's modes: `credit * 9 + load * 3 + formula`, fixed per selection.
@@ -462,24 +478,6 @@ impl Mode {
     const TRACKED_PREFILL: u8 = 1;
     /// The prefill formula with `raw_tokens = 0`.
     const UNTRACKED_PREFILL: u8 = 2;
-}
-
-impl DefaultCost {
-    /// Whether every cost of the fused pass is finite without a check: the credit weights finite
-    /// and `>= 0` (so a credit is `>= 0`, NaN or `+inf`, and `max(0, x - credit)` lies in
-    /// `[0, x]`), and the two weights that multiply unbounded terms in `[0, WEIGHT_LIMIT]`. Every
-    /// other factor is below 2^53 (counters below 2^52, `1/bs <= 1`), so each summed term is below
-    /// 2^53 * 1e270 and the sum far below `f64::MAX`. Validated knobs always qualify; a policy
-    /// composed from unvalidated ones may not, and then the general pipeline checks every cost.
-    fn costs_are_bounded(&self) -> bool {
-        let credit = |w: f64| w.is_finite() && w >= 0.0;
-        let factor = |w: f64| (0.0..=WEIGHT_LIMIT).contains(&w);
-        credit(self.overlap_score_credit)
-            && credit(self.host_cache_hit_weight)
-            && credit(self.disk_cache_hit_weight)
-            && factor(self.prefill_load_scale)
-            && factor(self.decode_active_request_weight)
-    }
 }
 
 /// The largest `prefill_load_scale` and `decode_active_request_weight` the fused pass takes
