@@ -87,6 +87,14 @@ pub fn parse_mooncake(text: &str, block_tokens: u32) -> Result<Trace, String> {
         if !l.timestamp.is_finite() || l.timestamp < 0.0 {
             return Err(format!("trace line {}: timestamp {}", i + 1, l.timestamp));
         }
+        if l.input_length > l.hash_ids.len() as u64 * u64::from(block_tokens) {
+            return Err(format!(
+                "trace line {}: input_length {} is longer than its {} hash_ids of {block_tokens} tokens",
+                i + 1,
+                l.input_length,
+                l.hash_ids.len()
+            ));
+        }
         requests.push(TraceRequest {
             arrival_ms: l.timestamp,
             input_tokens: l.input_length,
