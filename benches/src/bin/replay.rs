@@ -18,6 +18,7 @@ use libroute_benches::sim::{self, Fleet, Report, Synthetic, Trace};
 
 const HELP: &str = "\
 cargo replay [TRACE.jsonl] [options]
+cargo replay --engine aisimulate [TRACE.jsonl] [options]   (see cargo replay --engine aisimulate --help)
 
 Replays a Mooncake-format trace (timestamp ms, input_length, output_length, hash_ids), or with no
 TRACE the built-in synthetic workload, through a simulated fleet under each policy, and prints
@@ -34,7 +35,9 @@ Synthetic:  --requests N (4000) --apps N (4) --system-blocks N (8) --sessions N 
             --zipf X (1.1) --turn-blocks N (2) --max-turns N (8) --rate X (20 per s) --output-tokens X (200)
             --seed N (42)
 Output:     --json (machine-readable reports)  --svg DIR (hit rate, TTFT p90 and, with --sweep,
-            TTFT p90 against load, as SVG files)";
+            TTFT p90 against load, as SVG files)
+Engine:     --engine fleet (this fleet model, the default) or aisimulate (NVIDIA's engine
+            simulator, aisimulate-core, through the bridge in aisim/: built on first use)";
 
 struct Options {
     trace: Option<String>,
@@ -157,13 +160,12 @@ fn policies(o: &Options) -> Result<Vec<(String, String)>, String> {
     clippy::too_many_lines,
     reason = "the command's flow: read, replay, print, plot"
 )]
-fn run() -> Result<(), String> {
-    let args: Vec<String> = std::env::args().skip(1).collect();
+fn run(args: &[String]) -> Result<(), String> {
     if args.iter().any(|a| a == "-h" || a == "--help") {
         println!("{HELP}");
         return Ok(());
     }
-    let o = parse(&args)?;
+    let o = parse(args)?;
     let trace: Trace = match &o.trace {
         Some(path) => {
             let text = std::fs::read_to_string(path).map_err(|e| format!("{path}: {e}"))?;
@@ -296,8 +298,52 @@ fn run() -> Result<(), String> {
     Ok(())
 }
 
+/// Runs the engine replay of `aisim/` (its own workspace, so aisimulate-core's dependencies
+/// stay out of this one) with `args`, through cargo so it is built when missing or stale.
+fn engine_replay(args: &[String]) -> ExitCode {
+    let manifest = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("..")
+        .join("aisim")
+        .join("Cargo.toml");
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let status = std::process::Command::new(&cargo)
+        .args(["run", "--release", "--manifest-path"])
+        .arg(&manifest)
+        .args(["--bin", "engine-replay", "--"])
+        .args(args)
+        .status();
+    match status {
+        Ok(status) if status.success() => ExitCode::SUCCESS,
+        Ok(_) => ExitCode::FAILURE,
+        Err(e) => {
+            eprintln!(
+                "replay: cannot run {} for the engine replay ({}): {e}",
+                cargo.to_string_lossy(),
+                manifest.display()
+            );
+            ExitCode::FAILURE
+        }
+    }
+}
+
 fn main() -> ExitCode {
-    match run() {
+    let mut args: Vec<String> = std::env::args().skip(1).collect();
+    if let Some(at) = args.iter().position(|a| a == "--engine") {
+        let Some(engine) = args.get(at + 1).cloned() else {
+            eprintln!("replay: --engine needs a value (fleet or aisimulate)");
+            return ExitCode::FAILURE;
+        };
+        args.drain(at..at + 2);
+        match engine.as_str() {
+            "fleet" => {}
+            "aisimulate" => return engine_replay(&args),
+            other => {
+                eprintln!("replay: --engine: {other:?} is not an engine (fleet or aisimulate)");
+                return ExitCode::FAILURE;
+            }
+        }
+    }
+    match run(&args) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("replay: {e}");
