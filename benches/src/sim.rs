@@ -384,9 +384,12 @@ pub fn replay(
     )
     .map_err(|e| e.to_string())?;
     let mut router = Router::new(index, ledger, 0.0, 0.0);
+    // One prediction per (block, worker) routed within the TTL: room for as many as the workers'
+    // caches hold, twice over (the map's usable half).
+    let prediction_records = (w as u64 * fleet.cache_blocks * 2).max(1) as usize;
     let mut predictions = Predictions::new(
-        vec![PredictionSlot::empty(); (reqs.len() * 2).next_power_of_two().max(64)],
-        vec![PredictionRecord::default(); reqs.len().max(1)],
+        vec![PredictionSlot::empty(); (prediction_records * 2).next_power_of_two().max(64)],
+        vec![PredictionRecord::default(); prediction_records],
         fleet.prediction_ttl_ms,
     )
     .map_err(|e| e.to_string())?;
