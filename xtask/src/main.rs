@@ -11,6 +11,7 @@
 //! - `package`: `cargo package` every publishable crate and check what each would ship.
 //! - `fuzz [--time SECONDS]`: run every cargo-fuzz target, nightly with ASan when available.
 //! - `bench`: run the criterion benchmarks.
+//! - `aisim`: the engine simulator bridge's own workspace (`aisim/`): format, clippy, tests.
 
 // Why: a command-line tool reports progress and failures on stderr.
 #![allow(
@@ -35,7 +36,7 @@ pub(crate) type Result<T = ()> = std::result::Result<T, String>;
 
 const USAGE: &str = "usage: cargo xtask <ci | codegen [--check] | scenarios PATH... | check | \
                      dist --prefix DIR | c-tests | consumers | go | python | kotlin [--bench] | swift | \
-                     package | fuzz [--time SECONDS] | bench>";
+                     package | fuzz [--time SECONDS] | bench | aisim>";
 
 /// The bare-metal target the no_std proof links for.
 const BARE_METAL: &str = "thumbv7em-none-eabihf";
@@ -89,6 +90,7 @@ fn main() -> ExitCode {
         Some("package") => package(),
         Some("fuzz") => parse_time(&args[1..]).and_then(fuzz),
         Some("bench") => cargo(&["bench", "-p", "libroute-benches"]),
+        Some("aisim") => aisim(),
         _ => Err(USAGE.to_owned()),
     };
     match result {
@@ -394,6 +396,27 @@ fn fuzz(seconds: u64) -> Result {
     Ok(())
 }
 
+/// The engine simulator bridge's workspace (`aisim/`, apart so that aisimulate-core's
+/// dependencies stay out of the library's): format, clippy and its tests, the round-robin
+/// equality with aisimulate's own composition among them. In release mode: the engine model is
+/// slow unoptimized, and `cargo replay --engine aisimulate` reuses the build.
+fn aisim() -> Result {
+    let manifest = root().join("aisim/Cargo.toml");
+    let manifest = manifest.display().to_string();
+    cargo(&["fmt", "--manifest-path", &manifest, "--", "--check"])?;
+    cargo(&[
+        "clippy",
+        "--release",
+        "--manifest-path",
+        &manifest,
+        "--all-targets",
+        "--",
+        "-D",
+        "warnings",
+    ])?;
+    cargo(&["test", "--release", "--manifest-path", &manifest])
+}
+
 /// Runs the ffi crate's Rust-side tests of the extern functions under Miri (nightly).
 fn miri() -> Result {
     if !succeeds(Command::new("rustup").args(["run", "nightly", "rustc", "--version"])) {
@@ -566,6 +589,29 @@ fn ci() -> Result {
                     "libroute-benches",
                     "--bin",
                     "replay",
+                ])
+            }),
+        ),
+        (
+            "engine simulator bridge (aisim: format, clippy, tests)",
+            Box::new(aisim),
+        ),
+        (
+            "engine replay (cargo replay --engine aisimulate, 300 requests)",
+            Box::new(|| {
+                cargo(&[
+                    "run",
+                    "--quiet",
+                    "--release",
+                    "-p",
+                    "libroute-benches",
+                    "--bin",
+                    "replay",
+                    "--",
+                    "--engine",
+                    "aisimulate",
+                    "--requests",
+                    "300",
                 ])
             }),
         ),
