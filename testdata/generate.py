@@ -479,7 +479,64 @@ def catalog():
     # -((6-2)/4) and -(0/4); summed in scorer order.
     llm_d = [(-(2 / 10)) * 2 + -(1 - 20 / 100) + -((6 - 2) / 4),
              (-(8 / 10)) * 2 + -(1 - 60 / 100) + -(0 / 4)]
+    # libroute's own `ttft` type (core/src/catalog.rs, FirstToken): five scorers summed in order,
+    # queue + prefill + decode + delay to others + affinity, over the rows' cached tokens c (at
+    # most P = 160), queued prefill tokens q, active requests n, and a speed (b, a, k): the one
+    # the configuration gives, or 1 ms per token when neither it nor the rows have one. The
+    # delay to others scales the crowd by each worker's estimate over the candidates' mean.
+    def ttft(rows, b, a, k, others=1.0, share=0.5, slack=0.5):
+        P = 160
+        c = [min(r["cache"]["effective_tokens"], P) for r in rows]
+        q = [r["load"]["active_prefill_tokens"] for r in rows]
+        n = [r["load"]["active_requests"] for r in rows]
+        queued_ms, own_ms = 0.0, 0.0
+        for i in range(len(rows)):
+            queued_ms += a * float(q[i])
+            own_ms += a * float(P - c[i])
+        crowd = queued_ms / own_ms if own_ms > 0.0 else 0.0
+        busy = crowd / (1.0 + crowd)
+        estimates = [b + a * float(q[i] + (P - c[i])) + k * float(n[i] + 1) for i in range(len(rows))]
+        best = min(estimates)
+        total_estimate = 0.0
+        for e in estimates:
+            total_estimate += e
+        mean = total_estimate / float(len(rows))
+        longest = max(c)
+        costs = []
+        for i in range(len(rows)):
+            behind = crowd * estimates[i] / mean if mean > 0.0 else 0.0
+            parts = [b + a * float(q[i]),
+                     a * float(P - c[i]),
+                     k * float(n[i] + 1),
+                     others * (behind * a * float(P - c[i]) + k * float(n[i])),
+                     slack * busy * best if longest > 0 and float(c[i]) < share * float(longest) else 0.0]
+            total = 0.0
+            for x in parts:
+                total += x
+            costs.append(total)
+        return costs
+
+    speed = {"base_ms": 10.0, "ms_per_prefill_token": 0.5, "ms_per_active_request": 2.0}
+    busy_rows = [row(1, 2, 1), row(2, 8, 3), row(3, 0, 0)]
+    idle_rows = [candidate(1, cache=cache(8), load=load(0, 40, 4)),
+                 candidate(2, cache=cache(0), load=load(0, 0, 0))]
     return [
+        case("catalog-ttft-busy", "ttft: queues make the crowd 1.25, so the delay to others and "
+             "the affinity gate weigh in; the idle worker 3 wins over worker 2, which holds the "
+             "longest prefix behind 300 queued tokens",
+             {"type": "ttft", "speed": speed}, busy_rows, ttft(busy_rows, 10.0, 0.5, 2.0)),
+        case("catalog-ttft-idle", "ttft on an idle fleet: crowd 0, no gate; the cached prefix "
+             "(8 of 10 blocks) outweighs 4 active requests",
+             {"type": "ttft", "speed": speed}, idle_rows, ttft(idle_rows, 10.0, 0.5, 2.0)),
+        case("catalog-ttft-unit-speed", "ttft without any speed: 1 ms per prefill token",
+             {"type": "ttft", "others_weight": 2, "affinity_slack": 1}, busy_rows,
+             ttft(busy_rows, 0.0, 1.0, 0.0, others=2.0, slack=1.0)),
+        case("catalog-ttft-invalid-share", "affinity_share above 1",
+             {"type": "ttft", "affinity_share": 1.5}, [row(1, 0, 0)], error="invalid_config"),
+        case("catalog-ttft-invalid-speed", "a negative speed",
+             {"type": "ttft", "speed": {"base_ms": -1.0, "ms_per_prefill_token": 0.5,
+                                        "ms_per_active_request": 2.0}},
+             [row(1, 0, 0)], error="invalid_config"),
         case("catalog-least-loaded-requests", "least_loaded: cost = active requests",
              least, [row(1, 0, 3), row(2, 0, 1), row(3, 0, 2)], [3, 1, 2]),
         case("catalog-least-loaded-prefill", "least_loaded by prefill tokens",

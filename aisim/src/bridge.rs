@@ -8,12 +8,14 @@
 //!
 //! - **place**: the request's chained block hashes (the engine's own sequence hashes, so the
 //!   index speaks the engines' language), one candidate row per scheduler (worker and attention-DP
-//!   rank), then [`Router::route`] (exact mode) or [`Router::route_predicting`] (approximate
-//!   mode): overlap query, load from the ledger, selection by the catalog policy, booking.
+//!   rank), then [`Router::route_at`] at the simulated time: overlap query, load (and, for
+//!   policies that read it, the measured speed) from the ledger, selection by the catalog policy,
+//!   timed booking. In approximate mode the router records its decision as predicted blocks; in
+//!   exact mode it does so for policies that declare `PENDING` (blocks routed but not computed).
 //! - **observe** (exact mode only): each engine KV event applied to the prefix index (device
 //!   blocks stored or removed; host-pinned blocks as the host tier).
-//! - **`prefill_completed`** and **`request_terminal`**: the ledger's `prefill_complete` and
-//!   `free`.
+//! - **`prefill_completed`** and **`request_terminal`**: the ledger's `prefill_complete_at`
+//!   (which calibrates the worker's speed) and `free`.
 //!
 //! Every placement is immediate (libroute does not hold requests back), so nothing is ever
 //! pending. A failure of any of these steps is an error naming the request; the replay stops
@@ -268,7 +270,8 @@ impl LibroutePlacement {
         let policy = libroute_benches::sim::policy(&config.policy_json)
             .map_err(|e| anyhow!("policy {}: {e}", config.policy_json))?;
         let leg = Request::new(1, config.block_size.max(1)).leg();
-        let uses_cache = policy.inputs(leg).contains(WorkerInputs::CACHE);
+        let inputs = policy.inputs(leg);
+        let uses_cache = inputs.contains(WorkerInputs::CACHE);
         let index = PrefixIndex::new(
             vec![BlockSlot::<1>::empty(); config.index_blocks.next_power_of_two().max(1024)],
             vec![WorkerSlot::empty(); 2 * MAX_SCHEDULERS],
@@ -291,9 +294,15 @@ impl LibroutePlacement {
         // One prediction per (block, worker): as many as the index holds blocks. The map is
         // twice that (half of a table's slots are usable).
         let records = config.index_blocks.max(1);
-        let predictions = match config.mode {
-            Mode::Exact => None,
-            Mode::Approximate { ttl_ms } => Some(
+        let ttl = match config.mode {
+            Mode::Approximate { ttl_ms } => Some(ttl_ms),
+            Mode::Exact => inputs
+                .contains(WorkerInputs::PENDING)
+                .then_some(libroute_benches::sim::PENDING_TTL_MS),
+        };
+        let predictions = match ttl {
+            None => None,
+            Some(ttl_ms) => Some(
                 Predictions::new(
                     vec![PredictionSlot::empty(); (2 * records).next_power_of_two().max(64)],
                     vec![PredictionRecord::default(); records],
@@ -426,17 +435,6 @@ impl LibroutePlacement {
     }
 }
 
-/// Whole milliseconds of simulated time (the predictions' TTL unit); replay time is finite and
-/// non-negative, and anything else counts as 0.
-#[allow(
-    clippy::cast_possible_truncation,
-    clippy::cast_sign_loss,
-    reason = "checked non-negative; saturates above u64::MAX ms"
-)]
-fn whole_ms(now_ms: f64) -> u64 {
-    if now_ms > 0.0 { now_ms as u64 } else { 0 }
-}
-
 /// A stable 64-bit id for a session name (FNV-1a), for session affinity.
 fn session_id(name: &str) -> u64 {
     name.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
@@ -473,27 +471,19 @@ impl PlacementPolicy<ReplayRequestPayload> for LibroutePlacement {
             }
         }
         let id = self.next_id;
-        let selection = match &mut self.predictions {
-            None => self.router.route(
+        let selection = self
+            .router
+            .route_at(
+                self.predictions.as_mut(),
                 &self.policy,
                 &mut self.selector,
                 &libroute_request,
                 &hashes,
                 &mut self.rows,
                 id,
-            ),
-            Some(predictions) => self.router.route_predicting(
-                predictions,
-                &self.policy,
-                &mut self.selector,
-                &libroute_request,
-                &hashes,
-                &mut self.rows,
-                id,
-                whole_ms(now_ms),
-            ),
-        }
-        .map_err(|e| anyhow!("request {request_id}: {e}"))?;
+                now_ms,
+            )
+            .map_err(|e| anyhow!("request {request_id}: {e}"))?;
         self.next_id += 1;
         self.booked.insert(request_id, id);
         self.stats.borrow_mut().placed += 1;
@@ -552,12 +542,12 @@ impl PlacementPolicy<ReplayRequestPayload> for LibroutePlacement {
     fn prefill_completed(
         &mut self,
         request_id: Uuid,
-        _now_ms: f64,
+        now_ms: f64,
     ) -> anyhow::Result<Vec<Placement>> {
         let id = self.ledger_id(request_id)?;
         self.router
             .ledger
-            .prefill_complete(id)
+            .prefill_complete_at(id, now_ms)
             .map_err(|e| anyhow!("request {request_id}: prefill complete: {e}"))?;
         self.stats.borrow_mut().prefill_completed += 1;
         Ok(Vec::new())

@@ -35,7 +35,8 @@ use libroute_core::catalog::CatalogPolicy;
 use libroute_core::catalog_config::PolicyConfig;
 use libroute_core::{
     BlockSlot, KvEvent, Ledger, LoadSlot, PredictionRecord, PredictionSlot, Predictions,
-    PrefixIndex, Request, RequestSlot, Router, Row, Selector, Tier, WorkerKey, WorkerSlot,
+    PrefixIndex, Request, RequestSlot, Router, Row, Selector, Tier, WorkerInputs, WorkerKey,
+    WorkerSlot,
 };
 use serde::Serialize;
 
@@ -349,6 +350,11 @@ struct Progress {
 
 const WINDOW_MS: f64 = 10_000.0;
 
+/// How long the blocks of a routed request count as cached on its worker before its KV events
+/// arrive, for policies that declare PENDING (exact mode): longer than any prefill short of
+/// saturation, shorter than the time a used block stays in an LRU cache.
+pub const PENDING_TTL_MS: u64 = 30_000;
+
 /// Replays `trace` through `fleet` with `policy`.
 ///
 /// # Errors
@@ -387,10 +393,19 @@ pub fn replay(
     // One prediction per (block, worker) routed within the TTL: room for as many as the workers'
     // caches hold, twice over (the map's usable half).
     let prediction_records = (w as u64 * fleet.cache_blocks * 2).max(1) as usize;
+    // Predictions stand in for KV events in approximate mode; beside them, for a policy that
+    // declares PENDING, they are the blocks of requests routed and not yet computed.
+    let pending = policy
+        .inputs(Request::new(1, trace.block_tokens.max(1)).leg())
+        .contains(WorkerInputs::PENDING);
     let mut predictions = Predictions::new(
         vec![PredictionSlot::empty(); (prediction_records * 2).next_power_of_two().max(64)],
         vec![PredictionRecord::default(); prediction_records],
-        fleet.prediction_ttl_ms,
+        if fleet.approximate {
+            fleet.prediction_ttl_ms
+        } else {
+            PENDING_TTL_MS
+        },
     )
     .map_err(|e| e.to_string())?;
     let keys: Vec<WorkerKey> = (0..w as u64).map(|i| WorkerKey::new(i, 0)).collect();
@@ -433,28 +448,18 @@ pub fn replay(
                 if let Some(session) = r.session {
                     request = request.session(session);
                 }
-                let selection = if fleet.approximate {
-                    router.route_predicting(
-                        &mut predictions,
+                let selection = router
+                    .route_at(
+                        (fleet.approximate || pending).then_some(&mut predictions),
                         policy,
                         &mut selector,
                         &request,
                         &r.blocks,
                         &mut rows,
                         i as u64,
-                        now as u64,
+                        now,
                     )
-                } else {
-                    router.route(
-                        policy,
-                        &mut selector,
-                        &request,
-                        &r.blocks,
-                        &mut rows,
-                        i as u64,
-                    )
-                }
-                .map_err(|e| format!("request {i}: {e}"))?;
+                    .map_err(|e| format!("request {i}: {e}"))?;
                 let k = selection.row;
                 workers[k].queue.push_back(i);
                 k
@@ -477,7 +482,7 @@ pub fn replay(
                 p.prefill_reported = true;
                 router
                     .ledger
-                    .prefill_complete(i as u64)
+                    .prefill_complete_at(i as u64, p.prefill_end)
                     .map_err(|e| e.to_string())?;
             }
             if p.generated >= reqs[i].output_tokens.max(1) {
@@ -700,6 +705,7 @@ fn ceiling(trace: &Trace, finished: &[usize]) -> f64 {
 #[must_use]
 pub fn builtin_policies(fleet: &Fleet) -> Vec<(String, String)> {
     [
+        ("ttft", r#"{"type": "ttft"}"#.to_owned()),
         ("default", r#"{"type": "default"}"#.to_owned()),
         (
             "dynamo_two_tier",

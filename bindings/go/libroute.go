@@ -218,6 +218,7 @@ const (
 	RowHasCache   uint32 = C.LIBROUTE_ROW_HAS_CACHE
 	RowHasLoad    uint32 = C.LIBROUTE_ROW_HAS_LOAD
 	RowOverloaded uint32 = C.LIBROUTE_ROW_OVERLOADED
+	RowHasSpeed   uint32 = C.LIBROUTE_ROW_HAS_SPEED
 )
 
 // Row is one candidate worker, laid out exactly as libroute_row (a test checks every field), so a
@@ -234,6 +235,10 @@ type Row struct {
 	ActivePrefillTokens uint64
 	ActiveDecodeBlocks  uint64
 	ActiveRequests      uint64
+	// With RowHasSpeed: the worker's measured first-token time, read by the ttft policy.
+	BaseMs             float64
+	MsPerPrefillToken  float64
+	MsPerActiveRequest float64
 }
 
 // PreferredTaint biases the choice toward (positive weight) or away from workers with a taint.
@@ -478,6 +483,9 @@ func layoutMismatches() []string {
 	check("ActivePrefillTokens", unsafe.Offsetof(g.ActivePrefillTokens), unsafe.Offsetof(c.active_prefill_tokens), unsafe.Sizeof(g.ActivePrefillTokens), unsafe.Sizeof(c.active_prefill_tokens))
 	check("ActiveDecodeBlocks", unsafe.Offsetof(g.ActiveDecodeBlocks), unsafe.Offsetof(c.active_decode_blocks), unsafe.Sizeof(g.ActiveDecodeBlocks), unsafe.Sizeof(c.active_decode_blocks))
 	check("ActiveRequests", unsafe.Offsetof(g.ActiveRequests), unsafe.Offsetof(c.active_requests), unsafe.Sizeof(g.ActiveRequests), unsafe.Sizeof(c.active_requests))
+	check("BaseMs", unsafe.Offsetof(g.BaseMs), unsafe.Offsetof(c.base_ms), unsafe.Sizeof(g.BaseMs), unsafe.Sizeof(c.base_ms))
+	check("MsPerPrefillToken", unsafe.Offsetof(g.MsPerPrefillToken), unsafe.Offsetof(c.ms_per_prefill_token), unsafe.Sizeof(g.MsPerPrefillToken), unsafe.Sizeof(c.ms_per_prefill_token))
+	check("MsPerActiveRequest", unsafe.Offsetof(g.MsPerActiveRequest), unsafe.Offsetof(c.ms_per_active_request), unsafe.Sizeof(g.MsPerActiveRequest), unsafe.Sizeof(c.ms_per_active_request))
 	var hr BlockRange
 	var cr C.libroute_block_range
 	check("BlockRange", unsafe.Offsetof(hr.End), unsafe.Offsetof(cr.end), unsafe.Sizeof(hr), unsafe.Sizeof(cr))

@@ -18,7 +18,7 @@ use crate::default::{DefaultCost, DefaultPicker};
 use crate::inputs::{Candidates, RequestView, RowView, WorkerInputs};
 use crate::policy::MAX_SCORERS;
 use crate::rng::{self, RandomSource};
-use crate::types::{Leg, Load, TaintSet};
+use crate::types::{Leg, Load, Speed, TaintSet};
 
 /// Which load figure a load-based component reads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -408,6 +408,235 @@ impl Scorer for SessionAffinity {
     }
 }
 
+/// The parts of libroute's own time-to-first-token policy ([`FirstToken`]); each is one scorer of
+/// the policy, so an explanation shows the estimate's parts in milliseconds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum FirstTokenPart {
+    /// `base_ms + ms_per_prefill_token * queued`: the wait for the prefill work already queued
+    /// on the worker (`active_prefill_tokens`), plus the fixed part.
+    Queue,
+    /// `ms_per_prefill_token * uncached`: this request's own prefill, of the prompt tokens the
+    /// worker does not hold (cached tokens from the CACHE inputs, which count the blocks of
+    /// requests routed there and not yet computed when the host records them: `PENDING`).
+    Prefill,
+    /// `ms_per_active_request * (active_requests + 1)`: the decode work the prefill shares the
+    /// worker's passes with (the requests there, this one included).
+    Decode,
+    /// `others_weight * (behind * ms_per_prefill_token * uncached + ms_per_active_request *
+    /// active_requests)`: the delay this request adds to others. Its uncached prefill delays the
+    /// requests that queue behind it before it ends: the fleet's arrival rate times how long it
+    /// takes there, by Little's law `crowd * estimate / mean estimate`, where `crowd`, the
+    /// requests waiting per worker, is the candidates' mean queued prefill time over their mean
+    /// own-prefill time for this request (0 on an idle fleet; it grows with the queues, so
+    /// prefix reuse weighs more as the fleet fills up, and an idle worker's short estimate
+    /// keeps it attractive). Its decode shares the worker's passes with the first tokens of the
+    /// requests that start there during its life, about as many as are active there now (again
+    /// Little's law), each delayed by `ms_per_active_request`.
+    DelayToOthers,
+    /// `affinity_slack * busy * best`, added to every candidate that holds less than
+    /// `affinity_share` of the longest cached prefix any candidate holds, where `best` is the
+    /// smallest estimate (queue + prefill + decode) among the candidates and `busy = crowd / (1 +
+    /// crowd)` the share of time the fleet's prefill queues are busy (0 when idle, toward 1 when
+    /// saturated; `crowd` as in [`FirstTokenPart::DelayToOthers`]): as the fleet fills up, a hot
+    /// prefix stays where it is cached unless that worker's estimate exceeds the best by more
+    /// than the slack, and an idle fleet follows the estimate alone.
+    Affinity,
+}
+
+/// The speed [`FirstToken`] assumes for a row without one: costs in token-equivalents (1 ms per
+/// prefill token, nothing else), which order workers as the measured speeds of a uniform fleet
+/// would.
+pub const UNIT_SPEED: Speed = Speed {
+    base_ms: 0.0,
+    ms_per_prefill_token: 1.0,
+    ms_per_active_request: 0.0,
+};
+
+/// libroute's own policy: the estimated time until this request's first token on each candidate,
+/// in milliseconds, plus the delay its prefill would add to the requests behind it, with an
+/// affinity gate that keeps hot prefixes where they are cached (the `ttft` catalog type; each
+/// [`FirstTokenPart`] is one of its scorers).
+///
+/// The estimate is `base_ms + ms_per_prefill_token * (queued + uncached) + ms_per_active_request *
+/// (active_requests + 1)`, with the worker's [`Speed`] as the host measured it (SPEED: a
+/// [`crate::Router`] learns it from timed bookings and prefill completions, see
+/// [`crate::calibrate`]); `speed` set in the configuration overrides every row's. A row without a
+/// speed takes the mean speed of the candidates that have one, or [`UNIT_SPEED`].
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct FirstToken {
+    /// Which part of the estimate this scorer writes.
+    pub part: FirstTokenPart,
+    /// A speed that overrides every row's, when set.
+    pub speed: Option<Speed>,
+    /// Weight of [`FirstTokenPart::DelayToOthers`], default 1.
+    pub others_weight: f64,
+    /// Share of the longest cached prefix a candidate must hold to pass the affinity gate
+    /// without a penalty, default 0.5.
+    pub affinity_share: f64,
+    /// The penalty of the affinity gate, as a share of the best estimate, default 0.5.
+    pub affinity_slack: f64,
+}
+
+impl FirstToken {
+    /// The `part` scorer with the default parameters.
+    #[must_use]
+    pub const fn new(part: FirstTokenPart) -> Self {
+        Self {
+            part,
+            speed: None,
+            others_weight: 1.0,
+            affinity_share: 0.5,
+            affinity_slack: 0.5,
+        }
+    }
+
+    /// The speed of every candidate: the override, the row's, or the candidates' mean.
+    fn speeds<'r>(&self, candidates: &'r Candidates<'_>) -> impl Iterator<Item = Speed> + 'r {
+        let fallback = self.speed.unwrap_or_else(|| mean_speed(candidates));
+        let fixed = self.speed;
+        candidates
+            .iter()
+            .map(move |row| fixed.or(row.speed()).unwrap_or(fallback))
+    }
+}
+
+/// The mean speed of the candidates that have one, [`UNIT_SPEED`] when none has.
+fn mean_speed(candidates: &Candidates<'_>) -> Speed {
+    let mut sum = Speed::default();
+    let mut n = 0u32;
+    for s in candidates.iter().filter_map(|r| r.speed()) {
+        sum.base_ms += s.base_ms;
+        sum.ms_per_prefill_token += s.ms_per_prefill_token;
+        sum.ms_per_active_request += s.ms_per_active_request;
+        n += 1;
+    }
+    if n == 0 {
+        return UNIT_SPEED;
+    }
+    let n = f64::from(n);
+    Speed {
+        base_ms: sum.base_ms / n,
+        ms_per_prefill_token: sum.ms_per_prefill_token / n,
+        ms_per_active_request: sum.ms_per_active_request / n,
+    }
+}
+
+/// How many requests, on average over the candidates, wait for prefill work already queued: the
+/// candidates' mean queued prefill time over their mean time to prefill this request.
+fn crowd(prompt: u64, candidates: &Candidates<'_>, speeds: impl Iterator<Item = Speed>) -> f64 {
+    let (mut queued_ms, mut own_ms) = (0.0, 0.0);
+    for (row, s) in candidates.iter().zip(speeds) {
+        let (queued, cached, _) = first_token_inputs(prompt, &row);
+        queued_ms += s.ms_per_prefill_token * as_cost(queued);
+        own_ms += s.ms_per_prefill_token * as_cost(prompt - cached);
+    }
+    if own_ms > 0.0 {
+        queued_ms / own_ms
+    } else {
+        0.0
+    }
+}
+
+/// What [`FirstToken`] reads of one candidate: queued prefill tokens, cached prompt tokens
+/// (at most the prompt) and active requests.
+fn first_token_inputs(prompt: u64, row: &RowView<'_>) -> (u64, u64, u64) {
+    let load = row.load().unwrap_or_default();
+    let cached = row.cache().map_or(0, |c| c.effective_tokens);
+    (
+        load.active_prefill_tokens,
+        if cached < prompt { cached } else { prompt },
+        load.active_requests,
+    )
+}
+
+impl Scorer for FirstToken {
+    fn inputs(&self, _leg: Leg) -> WorkerInputs {
+        WorkerInputs::CACHE | WorkerInputs::LOAD | WorkerInputs::SPEED | WorkerInputs::PENDING
+    }
+
+    fn score(
+        &self,
+        request: &RequestView<'_>,
+        candidates: &Candidates<'_>,
+        costs: &mut [f64],
+    ) -> Result<(), ComponentError> {
+        let prompt = request.prompt_tokens();
+        let rows = candidates.iter().zip(self.speeds(candidates));
+        match self.part {
+            FirstTokenPart::Queue => {
+                for (cost, (row, s)) in costs.iter_mut().zip(rows) {
+                    let (queued, _, _) = first_token_inputs(prompt, &row);
+                    *cost = s.base_ms + s.ms_per_prefill_token * as_cost(queued);
+                }
+            }
+            FirstTokenPart::Prefill => {
+                for (cost, (row, s)) in costs.iter_mut().zip(rows) {
+                    let (_, cached, _) = first_token_inputs(prompt, &row);
+                    *cost = s.ms_per_prefill_token * as_cost(prompt - cached);
+                }
+            }
+            FirstTokenPart::Decode => {
+                for (cost, (row, s)) in costs.iter_mut().zip(rows) {
+                    let (_, _, active) = first_token_inputs(prompt, &row);
+                    *cost = s.ms_per_active_request * as_cost(active + 1);
+                }
+            }
+            FirstTokenPart::DelayToOthers => {
+                let crowd = crowd(prompt, candidates, self.speeds(candidates));
+                let estimate = |row: &RowView<'_>, s: &Speed| {
+                    let (queued, cached, active) = first_token_inputs(prompt, row);
+                    s.first_token_ms(queued + (prompt - cached), active + 1)
+                };
+                let mut sum = 0.0;
+                for (row, s) in candidates.iter().zip(self.speeds(candidates)) {
+                    sum += estimate(&row, &s);
+                }
+                let mean = sum / as_cost(candidates.len() as u64);
+                for (cost, (row, s)) in costs.iter_mut().zip(rows) {
+                    let (_, cached, active) = first_token_inputs(prompt, &row);
+                    // Requests that queue behind this one before its prefill ends there: the
+                    // fleet's crowd, in proportion to how long that takes on this worker.
+                    let behind = if mean > 0.0 {
+                        crowd * estimate(&row, &s) / mean
+                    } else {
+                        0.0
+                    };
+                    *cost = self.others_weight
+                        * (behind * s.ms_per_prefill_token * as_cost(prompt - cached)
+                            + s.ms_per_active_request * as_cost(active));
+                }
+            }
+            FirstTokenPart::Affinity => {
+                let mut longest = 0;
+                let mut best = f64::INFINITY;
+                let busy = crowd(prompt, candidates, self.speeds(candidates));
+                let busy = busy / (1.0 + busy);
+                for (row, s) in candidates.iter().zip(self.speeds(candidates)) {
+                    let (queued, cached, active) = first_token_inputs(prompt, &row);
+                    if cached > longest {
+                        longest = cached;
+                    }
+                    let estimate = s.first_token_ms(queued + (prompt - cached), active + 1);
+                    if estimate < best {
+                        best = estimate;
+                    }
+                }
+                let threshold = self.affinity_share * as_cost(longest);
+                let penalty = self.affinity_slack * busy * best;
+                for (cost, row) in costs.iter_mut().zip(candidates.iter()) {
+                    let (_, cached, _) = first_token_inputs(prompt, &row);
+                    *cost = if longest > 0 && as_cost(cached) < threshold {
+                        penalty
+                    } else {
+                        0.0
+                    };
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
 /// Removes workers that lack any of `taints` (on top of the request's own required taints).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RequireTaints(pub TaintSet);
@@ -719,6 +948,8 @@ pub enum BuiltinScorer {
     Queue(QueueScore),
     /// [`SessionAffinity`].
     SessionAffinity(SessionAffinity),
+    /// A part of [`FirstToken`].
+    FirstToken(FirstToken),
 }
 
 impl BuiltinScorer {
@@ -732,6 +963,7 @@ impl BuiltinScorer {
             BuiltinScorer::KvUtilization(s) => s,
             BuiltinScorer::Queue(s) => s,
             BuiltinScorer::SessionAffinity(s) => s,
+            BuiltinScorer::FirstToken(s) => s,
         }
     }
 }

@@ -34,14 +34,15 @@ use serde::Deserialize;
 
 use crate::catalog::{
     AllowList, BuiltinFilter, BuiltinPicker, BuiltinScorer, CatalogPolicy, DynamoTwoTier,
-    KvUtilizationScore, LeastLoaded, List, LoadMetric, MAX_ALLOWED, MAX_FILTERS, MinCostPicker,
-    OverloadLimits, PowerOfChoices, PrefixScore, QueueScore, RandomPicker, RequireTaints,
-    RoundRobinPicker, SessionAffinity, SglangCacheAware, WeightedScorer,
+    FirstToken, FirstTokenPart, KvUtilizationScore, LeastLoaded, List, LoadMetric, MAX_ALLOWED,
+    MAX_FILTERS, MinCostPicker, OverloadLimits, PowerOfChoices, PrefixScore, QueueScore,
+    RandomPicker, RequireTaints, RoundRobinPicker, SessionAffinity, SglangCacheAware,
+    WeightedScorer,
 };
 use crate::config::DefaultPolicyConfig;
 use crate::default::DefaultPicker;
 use crate::policy::{MAX_SCORERS, Policy};
-use crate::types::{Role, Taint, TaintSet};
+use crate::types::{Role, Speed, Taint, TaintSet};
 
 /// Why a catalog configuration was rejected: which instance (when it has a name) and what.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -383,6 +384,36 @@ impl ScorerConfig {
     }
 }
 
+/// A worker speed as configured: all three parts, each finite and `>= 0`.
+#[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SpeedConfig {
+    /// Fixed part of a first token, ms.
+    pub base_ms: f64,
+    /// Per prefill token queued or computed, ms.
+    pub ms_per_prefill_token: f64,
+    /// Per active decode block, ms.
+    pub ms_per_active_request: f64,
+}
+
+impl SpeedConfig {
+    fn build(self) -> Result<Speed, CatalogError> {
+        Ok(Speed {
+            base_ms: at_least("speed.base_ms", self.base_ms, 0.0)?,
+            ms_per_prefill_token: at_least(
+                "speed.ms_per_prefill_token",
+                self.ms_per_prefill_token,
+                0.0,
+            )?,
+            ms_per_active_request: at_least(
+                "speed.ms_per_active_request",
+                self.ms_per_active_request,
+                0.0,
+            )?,
+        })
+    }
+}
+
 /// A picker as configured.
 #[derive(Debug, Clone, Copy, PartialEq, Default, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
@@ -546,6 +577,28 @@ pub enum PolicyConfig {
         #[serde(default)]
         seed: Option<u64>,
     },
+    /// libroute's own: the estimated time to first token, the delay to the requests behind,
+    /// and an affinity gate ([`FirstToken`]), with a min-cost picker.
+    Ttft {
+        /// A measured speed for every worker, overriding the rows' (which a router learns).
+        #[serde(default)]
+        speed: Option<SpeedConfig>,
+        /// Weight of the delay to the requests behind, default 1.
+        #[serde(default)]
+        others_weight: Option<f64>,
+        /// Share of the longest cached prefix that passes the affinity gate, default 0.5.
+        #[serde(default)]
+        affinity_share: Option<f64>,
+        /// The affinity gate's penalty as a share of the best estimate, default 0.5.
+        #[serde(default)]
+        affinity_slack: Option<f64>,
+        /// Filters applied first.
+        #[serde(default)]
+        filters: Vec<FilterConfig>,
+        /// Seeded mode's seed.
+        #[serde(default)]
+        seed: Option<u64>,
+    },
     /// Filters, weighted scorers and a picker of your choice.
     Composed {
         /// Filters applied first (at most 8).
@@ -569,17 +622,26 @@ fn assemble(
     picker: PickerConfig,
     seed: Option<u64>,
 ) -> Result<CatalogPolicy, CatalogError> {
-    let mut f = List::<BuiltinFilter, MAX_FILTERS>::new();
-    for config in filters {
-        f.push(config.build()?)
-            .map_err(|_| invalid(format!("{} filters, at most {MAX_FILTERS}", filters.len())))?;
-    }
     let mut s = List::<WeightedScorer, MAX_SCORERS>::new();
     for config in scorers {
         s.push(config.build()?)
             .map_err(|_| invalid(format!("{} scorers, at most {MAX_SCORERS}", scorers.len())))?;
     }
-    let policy = Policy::new(f, s, picker.build()?).map_err(|e| invalid(e.to_string()))?;
+    assemble_built(filters, &s, picker, seed)
+}
+
+fn assemble_built(
+    filters: &[FilterConfig],
+    scorers: &List<WeightedScorer, MAX_SCORERS>,
+    picker: PickerConfig,
+    seed: Option<u64>,
+) -> Result<CatalogPolicy, CatalogError> {
+    let mut f = List::<BuiltinFilter, MAX_FILTERS>::new();
+    for config in filters {
+        f.push(config.build()?)
+            .map_err(|_| invalid(format!("{} filters, at most {MAX_FILTERS}", filters.len())))?;
+    }
+    let policy = Policy::new(f, *scorers, picker.build()?).map_err(|e| invalid(e.to_string()))?;
     Ok(policy.with_seed(seed))
 }
 
@@ -702,6 +764,50 @@ impl PolicyConfig {
                     weight: *queue_weight,
                 });
                 assemble(filters, &scorers, PickerConfig::MinCost, *seed)
+            }
+            PolicyConfig::Ttft {
+                speed,
+                others_weight,
+                affinity_share,
+                affinity_slack,
+                filters,
+                seed,
+            } => {
+                let d = FirstToken::new(FirstTokenPart::Queue);
+                let model = FirstToken {
+                    speed: speed.map(SpeedConfig::build).transpose()?,
+                    others_weight: at_least(
+                        "others_weight",
+                        others_weight.unwrap_or(d.others_weight),
+                        0.0,
+                    )?,
+                    affinity_share: within(
+                        "affinity_share",
+                        affinity_share.unwrap_or(d.affinity_share),
+                        0.0,
+                        1.0,
+                    )?,
+                    affinity_slack: at_least(
+                        "affinity_slack",
+                        affinity_slack.unwrap_or(d.affinity_slack),
+                        0.0,
+                    )?,
+                    ..d
+                };
+                let mut scorers = List::<WeightedScorer, MAX_SCORERS>::new();
+                for part in [
+                    FirstTokenPart::Queue,
+                    FirstTokenPart::Prefill,
+                    FirstTokenPart::Decode,
+                    FirstTokenPart::DelayToOthers,
+                    FirstTokenPart::Affinity,
+                ] {
+                    let _ = scorers.push(WeightedScorer {
+                        scorer: BuiltinScorer::FirstToken(FirstToken { part, ..model }),
+                        weight: 1.0,
+                    });
+                }
+                assemble_built(filters, &scorers, PickerConfig::MinCost, *seed)
             }
             PolicyConfig::Composed {
                 filters,

@@ -386,6 +386,7 @@ impl DefaultCost {
             || !self.costs_are_bounded()
             || flags.0 & !RowFlags::ALL.0 != 0
             || flags.contains(RowFlags::OVERLOADED)
+            || flags.contains(RowFlags::HAS_SPEED)
             || costs.len() < rows.len()
         {
             return false;

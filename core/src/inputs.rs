@@ -9,7 +9,7 @@
 use core::fmt;
 
 use crate::types::{
-    Cache, Load, PreferredTaint, Request, Role, Row, SharedHits, TaintSet, WorkerKey,
+    Cache, Load, PreferredTaint, Request, Role, Row, SharedHits, Speed, TaintSet, WorkerKey,
 };
 
 /// A set of input groups (spec section 1).
@@ -37,8 +37,13 @@ impl WorkerInputs {
     pub const LOAD: WorkerInputs = WorkerInputs(2);
     /// The worker's taints and the preferred-taint multiplier.
     pub const PREFERRED_TAINT: WorkerInputs = WorkerInputs(4);
+    /// The worker's measured speed ([`crate::Speed`]): how long its first tokens take.
+    pub const SPEED: WorkerInputs = WorkerInputs(8);
+    /// Cache overlaps that also count the blocks of requests already routed to each worker and
+    /// not yet computed there (a host that records them: [`crate::Router::route_at`]).
+    pub const PENDING: WorkerInputs = WorkerInputs(16);
     /// Every group.
-    pub const ALL: WorkerInputs = WorkerInputs(7);
+    pub const ALL: WorkerInputs = WorkerInputs(31);
 
     /// The set with these bits, or `None` if `bits` has a bit no group defines.
     #[must_use]
@@ -98,6 +103,8 @@ impl fmt::Display for WorkerInputs {
             (Self::CACHE, "CACHE"),
             (Self::LOAD, "LOAD"),
             (Self::PREFERRED_TAINT, "PREFERRED_TAINT"),
+            (Self::SPEED, "SPEED"),
+            (Self::PENDING, "PENDING"),
         ] {
             if self.contains(flag) {
                 if !first {
@@ -284,6 +291,17 @@ impl<'a> RowView<'a> {
     pub const fn load(&self) -> Option<Load> {
         if self.inputs.contains(WorkerInputs::LOAD) {
             Some(self.row.load())
+        } else {
+            None
+        }
+    }
+
+    /// The measured speed (`None` when the row has none); `None` unless `SPEED` is declared.
+    #[inline]
+    #[must_use]
+    pub const fn speed(&self) -> Option<Speed> {
+        if self.inputs.contains(WorkerInputs::SPEED) {
+            self.row.speed()
         } else {
             None
         }

@@ -19,8 +19,9 @@
 
 use core::fmt;
 
+use crate::calibrate::{FLEET_WINDOW, Fit, Pace, WINDOW, worker_speed};
 use crate::table::{Slot, StorageError, Table};
-use crate::types::{Load, Row, RowFlags, WorkerKey};
+use crate::types::{Load, Row, RowFlags, Speed, WorkerKey};
 
 const BOOKED: u8 = 1;
 const PREFILL_DONE: u8 = 2;
@@ -33,7 +34,16 @@ pub struct RequestEntry {
     prefill_tokens: u64,
     blocks: u64,
     state: u8,
+    /// When it was booked, ms, as `f64` bits; 0 (the bits of `+0.0`) with [`UNTIMED`] unset.
+    booked_at: u64,
+    /// Prefill tokens on its worker right after booking (the queued ones and its own).
+    work: u64,
+    /// Active requests on its worker right after booking (itself included).
+    decode: u64,
 }
+
+/// A state bit: the booking has a time, so its prefill completion can calibrate the worker.
+const TIMED: u8 = 8;
 
 /// A worker's active load.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -46,10 +56,18 @@ pub struct WorkerLoad {
     pub active_requests: u64,
 }
 
+/// What the ledger keeps per worker: its load, and its first-token pace against the fleet's
+/// ([`crate::calibrate`]).
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct WorkerState {
+    load: WorkerLoad,
+    pace: Pace,
+}
+
 /// A slot of the request table's storage.
 pub type RequestSlot = Slot<u64, RequestEntry>;
 /// A slot of the worker table's storage.
-pub type LoadSlot = Slot<WorkerKey, WorkerLoad>;
+pub type LoadSlot = Slot<WorkerKey, WorkerState>;
 
 /// What the ledger has done, for hosts to export.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -82,6 +100,8 @@ pub enum LedgerError {
     PrefillAlreadyComplete(u64),
     /// The worker is not registered with [`Ledger::add_worker`].
     UnknownWorker(WorkerKey),
+    /// A time that is NaN, infinite or negative.
+    InvalidTime,
     /// The request table is full.
     RequestsFull {
         /// How many requests it holds.
@@ -106,6 +126,7 @@ impl fmt::Display for LedgerError {
                 write!(f, "request {id} already completed its prefill")
             }
             LedgerError::UnknownWorker(w) => write!(f, "worker {w} is not registered"),
+            LedgerError::InvalidTime => f.write_str("a time must be finite and >= 0 (ms)"),
             LedgerError::RequestsFull { capacity } => {
                 write!(f, "the ledger holds at most {capacity} requests")
             }
@@ -164,13 +185,17 @@ pub enum LedgerEvent {
 /// ```
 pub struct Ledger<R, L, T> {
     requests: Table<u64, RequestEntry, R>,
-    workers: Table<WorkerKey, WorkerLoad, L>,
+    workers: Table<WorkerKey, WorkerState, L>,
     tombstones: T,
     tomb_head: usize,
     tomb_len: usize,
     /// Requests whose reservation is on a worker's load now.
     active: usize,
     counters: LedgerCounters,
+    /// The first-token fit of every worker together.
+    fleet: Fit,
+    /// Every worker's observations against the fleet's predictions together.
+    fleet_pace: Pace,
 }
 
 impl<R, L, T> fmt::Debug for Ledger<R, L, T> {
@@ -202,6 +227,8 @@ where
             tomb_len: 0,
             active: 0,
             counters: LedgerCounters::default(),
+            fleet: Fit::default(),
+            fleet_pace: Pace::default(),
         })
     }
 
@@ -223,7 +250,7 @@ where
     pub fn add_worker(&mut self, worker: WorkerKey) -> Result<(), LedgerError> {
         if self.workers.find(worker).is_none() {
             self.workers
-                .insert(worker, WorkerLoad::default())
+                .insert(worker, WorkerState::default())
                 .map_err(|_| LedgerError::WorkersFull {
                     capacity: self.workers.capacity(),
                 })?;
@@ -242,7 +269,40 @@ where
     /// The load of `worker`, `None` if unknown.
     #[must_use]
     pub fn load(&self, worker: WorkerKey) -> Option<WorkerLoad> {
-        self.workers.find(worker).map(|i| *self.workers.value(i))
+        self.workers
+            .find(worker)
+            .map(|i| self.workers.value(i).load)
+    }
+
+    /// The first-token speed of `worker` learned from timed bookings ([`Ledger::book_at`],
+    /// [`Ledger::prefill_complete_at`]): the fleet's fit times the worker's pace (see
+    /// [`crate::calibrate`]). `None` for an unknown worker, and until the fleet has
+    /// [`crate::calibrate::MIN_OBSERVATIONS`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use libroute_core::{Ledger, LoadSlot, RequestSlot, WorkerKey};
+    ///
+    /// let mut ledger = Ledger::new(vec![RequestSlot::empty(); 64], vec![LoadSlot::empty(); 16], vec![0u64; 8]).unwrap();
+    /// let w = WorkerKey::new(1, 0);
+    /// ledger.add_worker(w).unwrap();
+    /// // Ten requests, one at a time: each takes 10 ms plus 0.05 ms per prompt token.
+    /// for id in 0..10u64 {
+    ///     let tokens = 1000 + 100 * id;
+    ///     let t0 = 1000.0 * id as f64;
+    ///     ledger.book_at(id, w, tokens, 8, t0).unwrap();
+    ///     ledger.prefill_complete_at(id, t0 + 10.0 + 0.05 * tokens as f64).unwrap();
+    ///     ledger.free(id).unwrap();
+    /// }
+    /// // It predicts a 2,000-token prompt on the idle worker to take 10 + 0.05 * 2000 ms.
+    /// let predicted = ledger.speed(w).unwrap().first_token_ms(2000, 1);
+    /// assert!((predicted - 110.0).abs() < 1.0, "{predicted}");
+    /// ```
+    #[must_use]
+    pub fn speed(&self, worker: WorkerKey) -> Option<Speed> {
+        let i = self.workers.find(worker)?;
+        worker_speed(&self.fleet, &self.fleet_pace, &self.workers.value(i).pace)
     }
 
     /// Whether `id` is booked or remembered (a duplicate for [`Ledger::book`]).
@@ -268,6 +328,17 @@ where
         }
     }
 
+    /// Writes each row's SPEED inputs from the ledger's calibration ([`Ledger::speed`]); rows
+    /// of workers without one get none.
+    pub fn fill_speeds(&self, rows: &mut [Row]) {
+        for row in rows {
+            match self.speed(row.worker) {
+                Some(speed) => *row = row.with_speed(speed),
+                None => row.flags = RowFlags(row.flags.0 & !RowFlags::HAS_SPEED.0),
+            }
+        }
+    }
+
     fn adjust(&mut self, worker: WorkerKey, entry: &RequestEntry, sign: Sign) {
         match sign {
             Sign::Add => self.active += 1,
@@ -276,7 +347,7 @@ where
         let Some(i) = self.workers.find(worker) else {
             return;
         };
-        let load = self.workers.value_mut(i);
+        let load = &mut self.workers.value_mut(i).load;
         let prefill = if entry.state & PREFILL_DONE == 0 {
             entry.prefill_tokens
         } else {
@@ -309,24 +380,64 @@ where
         prefill_tokens: u64,
         blocks: u64,
     ) -> Result<(), LedgerError> {
+        self.book_entry(
+            id,
+            RequestEntry {
+                worker,
+                prefill_tokens,
+                blocks,
+                state: BOOKED,
+                ..RequestEntry::default()
+            },
+        )
+    }
+
+    /// [`Ledger::book`] at `now_ms` (milliseconds on any clock the host keeps, the same for
+    /// [`Ledger::prefill_complete_at`]): when the request's prefill completes, the time it took
+    /// calibrates the worker's [`Speed`].
+    ///
+    /// # Errors
+    ///
+    /// As [`Ledger::book`], and [`LedgerError::InvalidTime`]; nothing changes.
+    pub fn book_at(
+        &mut self,
+        id: u64,
+        worker: WorkerKey,
+        prefill_tokens: u64,
+        blocks: u64,
+        now_ms: f64,
+    ) -> Result<(), LedgerError> {
+        if !(now_ms.is_finite() && now_ms >= 0.0) {
+            return Err(LedgerError::InvalidTime);
+        }
+        let before = self.load(worker).unwrap_or_default();
+        self.book_entry(
+            id,
+            RequestEntry {
+                worker,
+                prefill_tokens,
+                blocks,
+                state: BOOKED | TIMED,
+                booked_at: now_ms.to_bits(),
+                work: before.active_prefill_tokens.saturating_add(prefill_tokens),
+                decode: before.active_requests + 1,
+            },
+        )
+    }
+
+    fn book_entry(&mut self, id: u64, entry: RequestEntry) -> Result<(), LedgerError> {
         if self.requests.find(id).is_some() {
             return Err(LedgerError::DuplicateId(id));
         }
-        if self.workers.find(worker).is_none() {
-            return Err(LedgerError::UnknownWorker(worker));
+        if self.workers.find(entry.worker).is_none() {
+            return Err(LedgerError::UnknownWorker(entry.worker));
         }
-        let entry = RequestEntry {
-            worker,
-            prefill_tokens,
-            blocks,
-            state: BOOKED,
-        };
         self.requests
             .insert(id, entry)
             .map_err(|_| LedgerError::RequestsFull {
                 capacity: self.requests.capacity(),
             })?;
-        self.adjust(worker, &entry, Sign::Add);
+        self.adjust(entry.worker, &entry, Sign::Add);
         Ok(())
     }
 
@@ -345,15 +456,46 @@ where
     ///
     /// [`LedgerError::UnknownId`], [`LedgerError::PrefillAlreadyComplete`]; nothing changes.
     pub fn prefill_complete(&mut self, id: u64) -> Result<(), LedgerError> {
+        self.complete(id, None)
+    }
+
+    /// [`Ledger::prefill_complete`] at `now_ms`: a request booked with [`Ledger::book_at`]
+    /// teaches its worker's (and the fleet's) first-token fit how long it took.
+    ///
+    /// # Errors
+    ///
+    /// As [`Ledger::prefill_complete`], and [`LedgerError::InvalidTime`]; nothing changes.
+    pub fn prefill_complete_at(&mut self, id: u64, now_ms: f64) -> Result<(), LedgerError> {
+        if !(now_ms.is_finite() && now_ms >= 0.0) {
+            return Err(LedgerError::InvalidTime);
+        }
+        self.complete(id, Some(now_ms))
+    }
+
+    fn complete(&mut self, id: u64, now_ms: Option<f64>) -> Result<(), LedgerError> {
         let (i, entry) = self.booked(id)?;
         if entry.state & PREFILL_DONE != 0 {
             return Err(LedgerError::PrefillAlreadyComplete(id));
         }
+        let took = now_ms
+            .filter(|_| entry.state & TIMED != 0)
+            .map(|now| now - f64::from_bits(entry.booked_at))
+            .filter(|took| *took >= 0.0);
         if let Some(w) = self.workers.find(entry.worker) {
-            let load = self.workers.value_mut(w);
-            load.active_prefill_tokens = load
+            let state = self.workers.value_mut(w);
+            state.load.active_prefill_tokens = state
+                .load
                 .active_prefill_tokens
                 .saturating_sub(entry.prefill_tokens);
+            if let Some(took) = took {
+                if let Some(fleet) = self.fleet.speed() {
+                    let predicted = fleet.first_token_ms(entry.work, entry.decode);
+                    state.pace.observe(took, predicted, WINDOW);
+                    self.fleet_pace.observe(took, predicted, FLEET_WINDOW);
+                }
+                self.fleet
+                    .observe(entry.work, entry.decode, took, FLEET_WINDOW);
+            }
         }
         self.requests.value_mut(i).state |= PREFILL_DONE;
         Ok(())
@@ -436,6 +578,7 @@ where
                             prefill_tokens,
                             blocks,
                             state: BOOKED,
+                            ..RequestEntry::default()
                         };
                         if self.requests.insert(id, entry).is_ok() {
                             self.adjust(worker, &entry, Sign::Add);
@@ -452,6 +595,7 @@ where
                             prefill_tokens,
                             blocks,
                             state: BOOKED | (e.state & PREFILL_DONE),
+                            ..RequestEntry::default()
                         };
                         *self.requests.value_mut(i) = entry;
                         self.adjust(worker, &entry, Sign::Add);

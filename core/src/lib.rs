@@ -85,6 +85,7 @@
 #[cfg(any(test, feature = "std"))]
 extern crate std;
 
+pub mod calibrate;
 pub mod catalog;
 #[cfg(feature = "std")]
 pub mod catalog_config;
@@ -114,7 +115,7 @@ pub use index::{
 pub use inputs::{Candidates, RequestView, RowView, WorkerInputs};
 pub use ledger::{
     Ledger, LedgerCounters, LedgerError, LedgerEvent, LoadSlot, RequestEntry, RequestSlot,
-    WorkerLoad,
+    WorkerLoad, WorkerState,
 };
 pub use policy::{
     Disposition, Explanation, MAX_SCORERS, Policy, PolicyError, SelectError, Selection, Selector,
@@ -125,5 +126,5 @@ pub use router::{RouteError, Router};
 pub use table::{Slot, StorageError, TableKey};
 pub use types::{
     BlockRange, Cache, Label, Leg, Load, PreferredTaint, Request, RequestError, Role, Row,
-    RowField, RowFlags, SharedHits, Taint, TaintSet, WorkerKey,
+    RowField, RowFlags, SharedHits, Speed, Taint, TaintSet, WorkerKey,
 };

@@ -114,12 +114,72 @@ where
         rows: &mut [Row],
         id: u64,
     ) -> Result<Selection, RouteError> {
+        self.route_inner(policy, selector, request, hashes, rows, id, None)
+    }
+
+    /// [`Router::route`] at `now_ms` (milliseconds on the host's clock, the one it passes to
+    /// [`Ledger::prefill_complete_at`]): the booking is timed, so its prefill completion
+    /// calibrates the chosen worker's [`crate::Speed`], and rows get SPEED inputs from the ledger
+    /// when the policy declares them. With `pending`, the request's blocks are also recorded as
+    /// predicted on the chosen worker (expiring at `now_ms` plus its TTL, in whole
+    /// milliseconds): approximate mode for hosts without KV events, or, beside KV events, the
+    /// blocks of requests routed but not yet computed, for policies that declare
+    /// [`WorkerInputs::PENDING`].
+    ///
+    /// # Errors
+    ///
+    /// As [`Router::route`], and [`LedgerError::InvalidTime`] for a time that is NaN, infinite
+    /// or negative; nothing is booked on error.
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "route's arguments plus the time and the prediction store"
+    )]
+    pub fn route_at<F: Filters, S: Scorers, P: Picker, M, Q, const N: usize>(
+        &mut self,
+        pending: Option<&mut Predictions<M, Q>>,
+        policy: &Policy<F, S, P>,
+        selector: &mut Selector<N>,
+        request: &Request<'_>,
+        hashes: &[u64],
+        rows: &mut [Row],
+        id: u64,
+        now_ms: f64,
+    ) -> Result<Selection, RouteError>
+    where
+        M: AsRef<[PredictionSlot]> + AsMut<[PredictionSlot]>,
+        Q: AsRef<[PredictionRecord]> + AsMut<[PredictionRecord]>,
+    {
+        if !(now_ms.is_finite() && now_ms >= 0.0) {
+            return Err(RouteError::Ledger(LedgerError::InvalidTime));
+        }
+        let whole_ms = whole_ms(now_ms);
+        let Some(predictions) = pending else {
+            return self.route_inner(policy, selector, request, hashes, rows, id, Some(now_ms));
+        };
+        predictions.expire(&mut self.index, whole_ms);
+        let selection =
+            self.route_inner(policy, selector, request, hashes, rows, id, Some(now_ms))?;
+        let _ = predictions.record(&mut self.index, selection.worker, hashes, whole_ms);
+        Ok(selection)
+    }
+
+    #[allow(clippy::too_many_arguments, reason = "route's arguments plus the time")]
+    fn route_inner<F: Filters, S: Scorers, P: Picker, const N: usize>(
+        &mut self,
+        policy: &Policy<F, S, P>,
+        selector: &mut Selector<N>,
+        request: &Request<'_>,
+        hashes: &[u64],
+        rows: &mut [Row],
+        id: u64,
+        now_ms: Option<f64>,
+    ) -> Result<Selection, RouteError> {
         if self.ledger.contains(id) {
             return Err(RouteError::Ledger(LedgerError::DuplicateId(id)));
         }
-        let uses_cache = policy.inputs(request.leg()).contains(WorkerInputs::CACHE);
+        let inputs = policy.inputs(request.leg());
         let mut request = *request;
-        if uses_cache {
+        if inputs.contains(WorkerInputs::CACHE) {
             self.index.query(hashes, &mut self.overlaps);
             self.index.fill_rows(
                 &self.overlaps,
@@ -131,6 +191,9 @@ where
             request.has_tier_matches = self.overlaps.has_tier_matches();
         }
         self.ledger.fill_rows(rows);
+        if inputs.contains(WorkerInputs::SPEED) {
+            self.ledger.fill_speeds(rows);
+        }
         let blocks = request.request_blocks();
         for row in rows.iter_mut() {
             if row.flags.contains(RowFlags::HAS_LOAD) {
@@ -146,9 +209,13 @@ where
             .prompt_tokens
             .saturating_sub(selection.cached_tokens);
         let new_blocks = blocks.saturating_sub(u64::from(chosen.cache().device_blocks));
-        self.ledger
-            .book(id, selection.worker, prefill, new_blocks)
-            .map_err(RouteError::Ledger)?;
+        match now_ms {
+            Some(now) => self
+                .ledger
+                .book_at(id, selection.worker, prefill, new_blocks, now),
+            None => self.ledger.book(id, selection.worker, prefill, new_blocks),
+        }
+        .map_err(RouteError::Ledger)?;
         Ok(selection)
     }
 
@@ -184,4 +251,15 @@ where
         let _ = predictions.record(&mut self.index, selection.worker, hashes, now);
         Ok(selection)
     }
+}
+
+/// Whole milliseconds of a finite, non-negative time (the predictions' unit in
+/// [`Router::route_at`]); saturates above `u64::MAX`.
+#[allow(
+    clippy::cast_possible_truncation,
+    clippy::cast_sign_loss,
+    reason = "checked finite and non-negative by the caller; `as` saturates"
+)]
+fn whole_ms(now_ms: f64) -> u64 {
+    now_ms as u64
 }

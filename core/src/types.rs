@@ -502,8 +502,10 @@ impl RowFlags {
     pub const HAS_LOAD: RowFlags = RowFlags(2);
     /// The host marks the worker overloaded (busy); it is skipped with the overload reason.
     pub const OVERLOADED: RowFlags = RowFlags(4);
+    /// The row's speed fields are meaningful (otherwise they read as absent).
+    pub const HAS_SPEED: RowFlags = RowFlags(8);
     /// Every defined bit.
-    pub const ALL: RowFlags = RowFlags(7);
+    pub const ALL: RowFlags = RowFlags(15);
 
     /// Both sets of flags.
     #[must_use]
@@ -587,6 +589,59 @@ pub struct Load {
     pub active_requests: u64,
 }
 
+/// The SPEED inputs of one candidate: how long the worker takes to produce a request's first
+/// token, as the host measured it (see [`crate::Ledger::book_at`]): `base_ms +
+/// ms_per_prefill_token * (prefill tokens queued there, this request's uncached ones included) +
+/// ms_per_active_request * (requests active there, this one included)`.
+///
+/// # Examples
+///
+/// ```
+/// use libroute_core::{Row, Speed, WorkerKey};
+/// let speed = Speed { base_ms: 20.0, ms_per_prefill_token: 0.02, ms_per_active_request: 0.5 };
+/// let row = Row::new(WorkerKey::new(1, 0)).with_speed(speed);
+/// assert_eq!(row.speed(), Some(speed));
+/// assert_eq!(speed.first_token_ms(1000, 4), 20.0 + 20.0 + 2.0);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct Speed {
+    /// Fixed time of a request's first token, ms (finite, `>= 0`).
+    pub base_ms: f64,
+    /// Time per prefill token queued on the worker, ms (finite, `>= 0`).
+    pub ms_per_prefill_token: f64,
+    /// Time per request active on the worker: the decode work a prefill shares the worker's
+    /// passes with, ms (finite, `>= 0`).
+    pub ms_per_active_request: f64,
+}
+
+impl Speed {
+    /// The estimated time to first token, ms, of a request that finds `prefill_tokens` to
+    /// compute on the worker (queued ones and its own uncached ones) and `requests` active there
+    /// (itself included).
+    #[must_use]
+    #[allow(
+        clippy::cast_precision_loss,
+        reason = "token and block counts far below 2^53"
+    )]
+    pub fn first_token_ms(&self, prefill_tokens: u64, requests: u64) -> f64 {
+        self.base_ms
+            + self.ms_per_prefill_token * prefill_tokens as f64
+            + self.ms_per_active_request * requests as f64
+    }
+
+    /// Whether every field is finite and `>= 0`.
+    #[must_use]
+    #[allow(
+        clippy::needless_bitwise_bool,
+        clippy::manual_range_contains,
+        reason = "branch-free: it runs once per row"
+    )]
+    pub fn is_valid(&self) -> bool {
+        let ok = |x: f64| (x >= 0.0) & (x <= f64::MAX);
+        ok(self.base_ms) & ok(self.ms_per_prefill_token) & ok(self.ms_per_active_request)
+    }
+}
+
 /// One candidate worker for one request, laid out for zero-copy use from C.
 ///
 /// Every field is an integer or a float, so any bit pattern is a value; [`Row::check`] says
@@ -627,6 +682,12 @@ pub struct Row {
     pub active_decode_blocks: u64,
     /// `nreq` (LOAD).
     pub active_requests: u64,
+    /// [`Speed::base_ms`] (SPEED).
+    pub base_ms: f64,
+    /// [`Speed::ms_per_prefill_token`] (SPEED).
+    pub ms_per_prefill_token: f64,
+    /// [`Speed::ms_per_active_request`] (SPEED).
+    pub ms_per_active_request: f64,
 }
 
 impl Row {
@@ -645,6 +706,9 @@ impl Row {
             active_prefill_tokens: 0,
             active_decode_blocks: 0,
             active_requests: 0,
+            base_ms: 0.0,
+            ms_per_prefill_token: 0.0,
+            ms_per_active_request: 0.0,
         }
     }
 
@@ -667,6 +731,16 @@ impl Row {
         self.active_prefill_tokens = load.active_prefill_tokens;
         self.active_decode_blocks = load.active_decode_blocks;
         self.active_requests = load.active_requests;
+        self
+    }
+
+    /// This row with the worker's measured speed.
+    #[must_use]
+    pub const fn with_speed(mut self, speed: Speed) -> Self {
+        self.flags = self.flags.union(RowFlags::HAS_SPEED);
+        self.base_ms = speed.base_ms;
+        self.ms_per_prefill_token = speed.ms_per_prefill_token;
+        self.ms_per_active_request = speed.ms_per_active_request;
         self
     }
 
@@ -730,6 +804,20 @@ impl Row {
         }
     }
 
+    /// The measured speed, `None` when the row has none.
+    #[must_use]
+    pub const fn speed(&self) -> Option<Speed> {
+        if self.flags.contains(RowFlags::HAS_SPEED) {
+            Some(Speed {
+                base_ms: self.base_ms,
+                ms_per_prefill_token: self.ms_per_prefill_token,
+                ms_per_active_request: self.ms_per_active_request,
+            })
+        } else {
+            None
+        }
+    }
+
     /// Whether the host marks this worker overloaded.
     #[must_use]
     pub const fn is_overloaded(&self) -> bool {
@@ -757,15 +845,22 @@ impl Row {
         let known_flags = self.flags.0 & !RowFlags::ALL.0 == 0;
         let no_cache = self.flags.0 & RowFlags::HAS_CACHE.0 == 0;
         let estimate_ok = (self.effective_blocks >= 0.0) & (self.effective_blocks <= f64::MAX);
-        known_flags & (no_cache | estimate_ok)
+        let no_speed = self.flags.0 & RowFlags::HAS_SPEED.0 == 0;
+        let speed_ok = Speed {
+            base_ms: self.base_ms,
+            ms_per_prefill_token: self.ms_per_prefill_token,
+            ms_per_active_request: self.ms_per_active_request,
+        }
+        .is_valid();
+        known_flags & (no_cache | estimate_ok) & (no_speed | speed_ok)
     }
 
     /// Checks what the bits mean.
     ///
     /// # Errors
     ///
-    /// The field that is invalid: unknown flag bits, or an `effective_blocks` that is NaN,
-    /// infinite or negative on a row with a cache entry.
+    /// The field that is invalid: unknown flag bits, an `effective_blocks` that is NaN, infinite
+    /// or negative on a row with a cache entry, or a speed field that is on a row with a speed.
     #[inline]
     pub fn check(&self) -> Result<(), RowField> {
         if self.flags.0 & !RowFlags::ALL.0 != 0 {
@@ -775,6 +870,11 @@ impl Row {
             && !(self.effective_blocks.is_finite() && self.effective_blocks >= 0.0)
         {
             return Err(RowField::EffectiveBlocks);
+        }
+        if let Some(speed) = self.speed() {
+            if !speed.is_valid() {
+                return Err(RowField::Speed);
+            }
         }
         Ok(())
     }
@@ -788,6 +888,9 @@ pub enum RowField {
     Flags,
     /// [`Row::effective_blocks`] is NaN, infinite or negative.
     EffectiveBlocks,
+    /// A speed field ([`Row::base_ms`], [`Row::ms_per_prefill_token`] or
+    /// [`Row::ms_per_active_request`]) is NaN, infinite or negative.
+    Speed,
 }
 
 impl fmt::Display for RowField {
@@ -795,6 +898,7 @@ impl fmt::Display for RowField {
         f.write_str(match self {
             RowField::Flags => "flags has undefined bits",
             RowField::EffectiveBlocks => "effective_blocks is NaN, infinite or negative",
+            RowField::Speed => "a speed field is NaN, infinite or negative",
         })
     }
 }

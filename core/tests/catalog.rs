@@ -206,6 +206,7 @@ fn edge_cases_for_every_builtin() {
         r#"{"type": "sglang_cache_aware"}"#,
         r#"{"type": "llm_d", "kv_capacity_blocks": 64}"#,
         r#"{"type": "composed", "scorers": [{"type": "session_affinity"}]}"#,
+        r#"{"type": "ttft"}"#,
     ];
     for json in all {
         let p = policy(json);
@@ -501,4 +502,104 @@ fn every_row_is_explained() {
         Disposition::FilterOverloaded { filter: 0 }
     );
     assert_eq!(out[2].disposition, Disposition::Filtered { filter: 1 });
+}
+
+/// The `ttft` type's worked example with speeds in the rows (as a router fills them): every part
+/// by hand from the documented formula, and the explanation shows them.
+#[test]
+fn ttft_estimates_each_candidates_first_token_and_explains_its_parts() {
+    let p = policy(r#"{"type": "ttft"}"#);
+    let speed = Speed {
+        base_ms: 10.0,
+        ms_per_prefill_token: 0.5,
+        ms_per_active_request: 2.0,
+    };
+    // Prompt 160 tokens. Worker 1: 32 cached, 100 queued, 1 active; worker 2: 128 cached, 300
+    // queued, 3 active; worker 3: idle and cold.
+    let rows = [
+        row(1, 2, 1).with_speed(speed),
+        row(2, 8, 3).with_speed(speed),
+        row(3, 0, 0).with_speed(speed),
+    ];
+    let mut why = [Explanation::EMPTY; 3];
+    let s = p
+        .select_explained(&mut Selector::<8>::new(), &REQ, &rows, &mut why)
+        .unwrap();
+    // queue = 10 + 0.5 q; prefill = 0.5 (160 - c); decode = 2 (n + 1); the estimates (their
+    // sum) are 128, 184 and 92, mean 404 / 3; crowd = (50 + 150 + 0) / (64 + 16 + 80) = 1.25;
+    // others = 1.25 * estimate / mean * 0.5 (160 - c) + 2 n; the longest prefix is 128 tokens,
+    // so workers 1 and 3 (below 64) pay the gate: 0.5 * (1.25 / 2.25) * 92 (the best estimate).
+    let mean = (128.0 + 184.0 + 92.0) / 3.0;
+    let others =
+        |estimate: f64, uncached: f64, n: f64| 1.25 * estimate / mean * 0.5 * uncached + 2.0 * n;
+    let gate = 0.5 * (1.25 / 2.25) * 92.0;
+    let expected = [
+        [60.0, 64.0, 4.0, others(128.0, 128.0, 1.0), gate],
+        [160.0, 16.0, 8.0, others(184.0, 32.0, 3.0), 0.0],
+        [10.0, 80.0, 2.0, others(92.0, 160.0, 0.0), gate],
+    ];
+    for (e, w) in expected.iter().zip(&why) {
+        assert_eq!(w.contributions(), e);
+    }
+    // The idle worker wins: its short estimate also makes its uncached prefill delay few others.
+    assert_eq!(s.worker.worker_id, 3);
+    assert_eq!(s.cost, expected[2].iter().fold(0.0, |t, c| t + c));
+}
+
+/// A speed in the configuration overrides the rows'; a row without one takes the mean of those
+/// that have one; without any, costs are in token-equivalents (1 ms per prefill token).
+#[test]
+fn ttft_speeds_come_from_the_config_the_rows_or_their_mean() {
+    let fast = Speed {
+        base_ms: 0.0,
+        ms_per_prefill_token: 1.0,
+        ms_per_active_request: 0.0,
+    };
+    let slow = Speed {
+        ms_per_prefill_token: 3.0,
+        ..fast
+    };
+    // Idle workers, no cache: the estimate is the prefill time of the whole prompt.
+    let idle = |id| row(id, 0, 0);
+    let p = policy(r#"{"type": "ttft"}"#);
+    let rows = [idle(1).with_speed(fast), idle(2).with_speed(slow), idle(3)];
+    let (s, c) = costs(&p, &REQ, &rows);
+    assert_eq!(c, [160.0, 480.0, 320.0]); // worker 3: the mean, 2 ms per token
+    assert_eq!(s.worker.worker_id, 1);
+    let fixed = policy(
+        r#"{"type": "ttft", "speed": {"base_ms": 5, "ms_per_prefill_token": 0.25,
+            "ms_per_active_request": 0}}"#,
+    );
+    let (_, c) = costs(&fixed, &REQ, &rows);
+    assert_eq!(c, [45.0, 45.0, 45.0]);
+    let (_, c) = costs(&p, &REQ, &[idle(1), idle(2)]);
+    assert_eq!(c, [160.0, 160.0]);
+    // It reads the speed, and credits blocks routed but not computed.
+    let leg = REQ.leg();
+    assert!(
+        p.inputs(leg)
+            .contains(WorkerInputs::SPEED | WorkerInputs::PENDING)
+    );
+}
+
+/// A saturated holder of the prefix is left: the gate's penalty is bounded by the best estimate.
+#[test]
+fn ttft_leaves_a_saturated_holder_of_the_prefix() {
+    let p = policy(r#"{"type": "ttft"}"#);
+    // Worker 1 holds the whole prefix but has 5,000 tokens queued; worker 2 is idle and cold.
+    let hot = row(1, 10, 0).with_load(Load {
+        available: true,
+        active_prefill_tokens: 5000,
+        ..Load::default()
+    });
+    let (s, _) = costs(&p, &REQ, &[hot, row(2, 0, 0)]);
+    assert_eq!(s.worker.worker_id, 2);
+    // With 100 tokens queued it keeps the request.
+    let warm = hot.with_load(Load {
+        available: true,
+        active_prefill_tokens: 100,
+        ..Load::default()
+    });
+    let (s, _) = costs(&p, &REQ, &[warm, row(2, 0, 0)]);
+    assert_eq!(s.worker.worker_id, 1);
 }

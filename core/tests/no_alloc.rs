@@ -210,6 +210,7 @@ fn catalog_policies_and_explanations_do_not_allocate() {
         r#"{"type": "dynamo_two_tier"}"#,
         r#"{"type": "sglang_cache_aware"}"#,
         r#"{"type": "llm_d", "kv_capacity_blocks": 512}"#,
+        r#"{"type": "ttft"}"#,
         r#"{"type": "composed", "filters": [{"type": "overload", "max_requests": 3},
             {"type": "allow_list", "workers": [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]},
             {"type": "require_taints", "taints": []}],
@@ -232,4 +233,70 @@ fn catalog_policies_and_explanations_do_not_allocate() {
         }
         assert_eq!(allocations() - before, 0, "{json}");
     }
+}
+
+/// The timed path a self-calibrating host runs: route at a time with pending predictions, a
+/// timed prefill completion (which refits the speeds), a free; rows with SPEED for `ttft`.
+#[test]
+fn timed_routing_and_calibration_do_not_allocate() {
+    use libroute_core::catalog_config::PolicyConfig;
+    let index = PrefixIndex::<_, _, 1>::new(
+        vec![BlockSlot::<1>::empty(); 1 << 14],
+        vec![WorkerSlot::empty(); 128],
+    )
+    .unwrap();
+    let ledger = Ledger::new(
+        vec![RequestSlot::empty(); 1 << 12],
+        vec![LoadSlot::empty(); 128],
+        vec![0u64; 256],
+    )
+    .unwrap();
+    let mut router = Router::new(index, ledger, 0.75, 0.25);
+    let mut pending = Predictions::new(
+        vec![PredictionSlot::empty(); 1 << 14],
+        vec![PredictionRecord::default(); 1 << 13],
+        2_000,
+    )
+    .unwrap();
+    let workers: Vec<WorkerKey> = (0..64).map(|w| WorkerKey::new(w, 0)).collect();
+    for &w in &workers {
+        router.ledger.add_worker(w).unwrap();
+    }
+    let policy = serde_json::from_str::<PolicyConfig>(r#"{"type": "ttft"}"#)
+        .unwrap()
+        .build()
+        .unwrap();
+    let mut selector = Box::new(Selector::<64>::new());
+    let mut rows: Vec<Row> = workers.iter().map(|&w| Row::new(w)).collect();
+    let prompts: Vec<Vec<u64>> = (0..32u64)
+        .map(|p| (0..64).map(|b| p * 1000 + b).collect())
+        .collect();
+    let iterations = if cfg!(miri) { 10 } else { 10_000u64 };
+    let mut run = |router: &mut Router<_, _, _, _, _, 1>, i: u64| {
+        let prompt = &prompts[usize::try_from(i % 32).unwrap()];
+        let now = 10.0 * i as f64;
+        router
+            .route_at(
+                Some(&mut pending),
+                &policy,
+                &mut selector,
+                &Request::new(1024, 16),
+                prompt,
+                &mut rows,
+                i,
+                now,
+            )
+            .unwrap();
+        assert!(rows.iter().all(|r| i < 20 || r.speed().is_some()));
+        router.ledger.prefill_complete_at(i, now + 7.0).unwrap();
+        router.ledger.free(i).unwrap();
+    };
+    for i in 0..100 {
+        run(&mut router, i);
+    }
+    let before = allocations();
+    for i in 100..100 + iterations {
+        run(&mut router, i);
+    }
+    assert_eq!(allocations() - before, 0);
 }

@@ -138,7 +138,14 @@ proptest! {
             4 => f64::MAX,
             _ => f64::from_bits(bits),
         };
-        let row = Row { flags: RowFlags(flags % 16), effective_blocks: estimate, ..Row::new(WorkerKey::new(1, 0)) };
+        // The same special values for one of the speed fields, chosen by the flag bits.
+        let mut row = Row { flags: RowFlags(flags % 32), effective_blocks: estimate, ..Row::new(WorkerKey::new(1, 0)) };
+        match (flags >> 5) % 4 {
+            0 => row.base_ms = estimate,
+            1 => row.ms_per_prefill_token = estimate,
+            2 => row.ms_per_active_request = estimate,
+            _ => {}
+        }
         prop_assert_eq!(row.is_valid(), row.check().is_ok(), "{:?}", row);
     }
 
@@ -157,7 +164,7 @@ proptest! {
             Row {
                 worker: WorkerKey::new(r[0] % 16, narrow(r[1] % 3)),
                 taints: TaintSet(r[2]),
-                flags: RowFlags(narrow(r[3]) % 9),
+                flags: RowFlags(narrow(r[3]) % 17),
                 device_blocks: narrow(r[4]),
                 host_blocks: narrow(r[4] >> 32),
                 disk_blocks: narrow(r[5]),
@@ -166,6 +173,9 @@ proptest! {
                 active_prefill_tokens: r[8],
                 active_decode_blocks: r[9],
                 active_requests: r[5] >> 32,
+                base_ms: f64::from_bits(r[1]),
+                ms_per_prefill_token: f64::from_bits(r[2]),
+                ms_per_active_request: f64::from_bits(r[3]),
             }
         }).collect();
         // Knobs straight into the scorer, bypassing validation: bad ones must fail as values.

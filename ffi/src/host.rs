@@ -324,6 +324,7 @@ fn ledger_error(e: LedgerError) -> libroute_status {
             libroute_status::UnknownRequest
         }
         LedgerError::UnknownWorker(_) => libroute_status::UnknownWorker,
+        LedgerError::InvalidTime => libroute_status::InvalidArgument,
         _ => libroute_status::CapacityExceeded,
     };
     fail(status, e)
@@ -526,6 +527,49 @@ pub unsafe extern "C" fn libroute_router_book(
     })
 }
 
+/// `libroute_router_book` at `now_ms` (milliseconds on the host's clock, the one it passes to
+/// `libroute_router_prefill_complete_at`): when the request's prefill completes, the time it took
+/// calibrates the worker's speed (`LIBROUTE_ROW_HAS_SPEED`, read by the `ttft` policy).
+///
+/// Errors: as `libroute_router_book`, and `INVALID_ARGUMENT` for a time that is NaN, infinite or
+/// negative; nothing changes.
+///
+/// # Safety
+///
+/// `router` must be a live handle not used concurrently.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn libroute_router_book_at(
+    router: *mut libroute_router,
+    id: u64,
+    worker: libroute_worker,
+    prefill_tokens: u64,
+    blocks: u64,
+    now_ms: f64,
+) -> libroute_status {
+    ledger_call(router, |l| {
+        l.book_at_any(id, key(worker), prefill_tokens, blocks, now_ms)
+    })
+}
+
+/// `libroute_router_prefill_complete` at `now_ms`: a request booked at a time (with
+/// `libroute_router_book_at` or `libroute_router_route_at`) teaches its worker's speed how long
+/// its first token took.
+///
+/// Errors: as `libroute_router_prefill_complete`, and `INVALID_ARGUMENT` for a time that is NaN,
+/// infinite or negative; nothing changes.
+///
+/// # Safety
+///
+/// `router` must be a live handle not used concurrently.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn libroute_router_prefill_complete_at(
+    router: *mut libroute_router,
+    id: u64,
+    now_ms: f64,
+) -> libroute_status {
+    ledger_call(router, |l| l.prefill_complete_at_any(id, now_ms))
+}
+
 /// Marks request `id`'s prefill complete.
 ///
 /// Errors: `UNKNOWN_REQUEST` (not booked, freed, or already completed); nothing changes.
@@ -567,6 +611,15 @@ trait AnyLedger {
     ) -> Result<(), LedgerError>;
     fn prefill_complete_any(&mut self, id: u64) -> Result<(), LedgerError>;
     fn free_any(&mut self, id: u64) -> Result<(), LedgerError>;
+    fn book_at_any(
+        &mut self,
+        id: u64,
+        worker: WorkerKey,
+        prefill: u64,
+        blocks: u64,
+        now_ms: f64,
+    ) -> Result<(), LedgerError>;
+    fn prefill_complete_at_any(&mut self, id: u64, now_ms: f64) -> Result<(), LedgerError>;
 }
 
 impl<const W: usize> AnyLedger for CoreRouter<W> {
@@ -584,6 +637,19 @@ impl<const W: usize> AnyLedger for CoreRouter<W> {
     }
     fn free_any(&mut self, id: u64) -> Result<(), LedgerError> {
         self.ledger.free(id)
+    }
+    fn book_at_any(
+        &mut self,
+        id: u64,
+        worker: WorkerKey,
+        prefill: u64,
+        blocks: u64,
+        now_ms: f64,
+    ) -> Result<(), LedgerError> {
+        self.ledger.book_at(id, worker, prefill, blocks, now_ms)
+    }
+    fn prefill_complete_at_any(&mut self, id: u64, now_ms: f64) -> Result<(), LedgerError> {
+        self.ledger.prefill_complete_at(id, now_ms)
     }
 }
 
@@ -632,6 +698,96 @@ pub unsafe extern "C" fn libroute_router_route(
     rows_len: usize,
     id: u64,
     now: u64,
+    out: *mut libroute_selection,
+) -> libroute_status {
+    // SAFETY: the caller's contract is `route_call`'s.
+    unsafe {
+        route_call(
+            router,
+            policy,
+            selector,
+            request,
+            hashes,
+            hashes_len,
+            rows,
+            rows_len,
+            id,
+            Clock::Units(now),
+            out,
+        )
+    }
+}
+
+/// `libroute_router_route` at `now_ms` (milliseconds on the host's clock, the one it passes to
+/// `libroute_router_prefill_complete_at`): the booking is timed, so its prefill completion
+/// calibrates the chosen worker's speed, and the rows get that speed (`LIBROUTE_ROW_HAS_SPEED`)
+/// when the policy reads it (the `ttft` catalog type). A router with `prediction_slots` records
+/// the choice as predicted blocks expiring `prediction_ttl` whole milliseconds later: approximate
+/// mode without KV events, or, beside KV events, the blocks of requests routed and not yet
+/// computed, which policies that read `LIBROUTE_INPUT_PENDING` credit.
+///
+/// Errors: as `libroute_router_route`, and `INVALID_ARGUMENT` for a time that is NaN, infinite
+/// or negative. Nothing is booked on any error.
+///
+/// # Safety
+///
+/// As `libroute_router_route`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn libroute_router_route_at(
+    router: *mut libroute_router,
+    policy: *const libroute_policy,
+    selector: *mut libroute_selector,
+    request: *const libroute_request,
+    hashes: *const u64,
+    hashes_len: usize,
+    rows: *mut libroute_row,
+    rows_len: usize,
+    id: u64,
+    now_ms: f64,
+    out: *mut libroute_selection,
+) -> libroute_status {
+    // SAFETY: the caller's contract is `route_call`'s.
+    unsafe {
+        route_call(
+            router,
+            policy,
+            selector,
+            request,
+            hashes,
+            hashes_len,
+            rows,
+            rows_len,
+            id,
+            Clock::Ms(now_ms),
+            out,
+        )
+    }
+}
+
+/// The time a route is made at: prediction units (untimed booking) or milliseconds (timed).
+#[derive(Clone, Copy)]
+enum Clock {
+    Units(u64),
+    Ms(f64),
+}
+
+/// The body of `libroute_router_route` and `libroute_router_route_at`.
+///
+/// # Safety
+///
+/// As `libroute_router_route`.
+#[allow(clippy::too_many_arguments, reason = "the route's inputs, forwarded")]
+unsafe fn route_call(
+    router: *mut libroute_router,
+    policy: *const libroute_policy,
+    selector: *mut libroute_selector,
+    request: *const libroute_request,
+    hashes: *const u64,
+    hashes_len: usize,
+    rows: *mut libroute_row,
+    rows_len: usize,
+    id: u64,
+    now: Clock,
     out: *mut libroute_selection,
 ) -> libroute_status {
     boundary(|| {
@@ -713,8 +869,24 @@ fn route_any<const W: usize>(
     hashes: &[u64],
     rows: &mut [Row],
     id: u64,
-    now: u64,
+    now: Clock,
 ) -> Result<libroute_core::Selection, RouteError> {
+    let now = match now {
+        Clock::Units(now) => now,
+        Clock::Ms(now_ms) => {
+            return with_selector!(selector, s => match policy {
+                crate::AbiPolicy::Default(p) => {
+                    router.route_at(predictions, p, s, request, hashes, rows, id, now_ms)
+                }
+                crate::AbiPolicy::Composed(p) => {
+                    router.route_at(predictions, p, s, request, hashes, rows, id, now_ms)
+                }
+                crate::AbiPolicy::Catalog(p) => {
+                    router.route_at(predictions, p, s, request, hashes, rows, id, now_ms)
+                }
+            });
+        }
+    };
     macro_rules! go {
         ($s:expr) => {
             match (policy, predictions) {

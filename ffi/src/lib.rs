@@ -56,6 +56,11 @@ pub const LIBROUTE_INPUT_CACHE: u8 = 1;
 pub const LIBROUTE_INPUT_LOAD: u8 = 2;
 /// Bit of a `WorkerInputs` set: the worker's taints and the preferred-taint multiplier.
 pub const LIBROUTE_INPUT_PREFERRED_TAINT: u8 = 4;
+/// Input group bit: the worker's measured speed (`LIBROUTE_ROW_HAS_SPEED` fields).
+pub const LIBROUTE_INPUT_SPEED: u8 = 8;
+/// Input group bit: cache overlaps that count the blocks of requests routed to a worker and not
+/// yet computed there (a router records them: `libroute_router_route_at` with `pending_ttl_ms`).
+pub const LIBROUTE_INPUT_PENDING: u8 = 16;
 
 /// `libroute_row.flags` bit: the cache fields are meaningful (else they read as zeros).
 pub const LIBROUTE_ROW_HAS_CACHE: u32 = 1;
@@ -63,6 +68,8 @@ pub const LIBROUTE_ROW_HAS_CACHE: u32 = 1;
 pub const LIBROUTE_ROW_HAS_LOAD: u32 = 2;
 /// `libroute_row.flags` bit: the host marks the worker overloaded; it is skipped.
 pub const LIBROUTE_ROW_OVERLOADED: u32 = 4;
+/// `libroute_row.flags` bit: the speed fields are meaningful (else the row has no speed).
+pub const LIBROUTE_ROW_HAS_SPEED: u32 = 8;
 
 /// The largest capacity `libroute_selector_new` accepts.
 pub const LIBROUTE_MAX_CAPACITY: usize = 4096;
@@ -103,6 +110,13 @@ pub struct libroute_row {
     pub active_decode_blocks: u64,
     /// Active requests.
     pub active_requests: u64,
+    /// With `LIBROUTE_ROW_HAS_SPEED`: the fixed part of the worker's first-token time, ms
+    /// (finite, >= 0).
+    pub base_ms: f64,
+    /// With `LIBROUTE_ROW_HAS_SPEED`: first-token ms per prefill token queued or computed there.
+    pub ms_per_prefill_token: f64,
+    /// With `LIBROUTE_ROW_HAS_SPEED`: first-token ms per request active there.
+    pub ms_per_active_request: f64,
 }
 
 // The C row is the core row, field for field: rows are passed to the core without copying.
@@ -127,6 +141,13 @@ const _: () = {
         offset_of!(libroute_row, active_decode_blocks) == offset_of!(Row, active_decode_blocks)
     );
     assert!(offset_of!(libroute_row, active_requests) == offset_of!(Row, active_requests));
+    assert!(offset_of!(libroute_row, base_ms) == offset_of!(Row, base_ms));
+    assert!(
+        offset_of!(libroute_row, ms_per_prefill_token) == offset_of!(Row, ms_per_prefill_token)
+    );
+    assert!(
+        offset_of!(libroute_row, ms_per_active_request) == offset_of!(Row, ms_per_active_request)
+    );
     assert!(size_of::<libroute_block_range>() == size_of::<BlockRange>());
     assert!(offset_of!(libroute_block_range, end) == offset_of!(BlockRange, end));
 };

@@ -67,6 +67,9 @@ fn row(id: u64, device: u32, decode: u64) -> libroute_row {
         active_prefill_tokens: 0,
         active_decode_blocks: decode,
         active_requests: 0,
+        base_ms: 0.0,
+        ms_per_prefill_token: 0.0,
+        ms_per_active_request: 0.0,
     }
 }
 
@@ -523,7 +526,7 @@ fn callbacks_compose_with_the_default_cost_and_their_failures_are_codes() {
     let bad_bits = libroute_scorer {
         callback: Some(failing_scorer),
         user_data: ptr::null_mut(),
-        inputs: 8,
+        inputs: 32,
     };
     assert_eq!(
         policy_with(&[], &[bad_bits]),

@@ -80,6 +80,9 @@ fn warm_abi_selections_do_not_allocate() {
             active_prefill_tokens: id % 700,
             active_decode_blocks: id % 11,
             active_requests: id % 5,
+            base_ms: 0.0,
+            ms_per_prefill_token: 0.0,
+            ms_per_active_request: 0.0,
         })
         .collect();
     let preferred = [libroute_preferred_taint {

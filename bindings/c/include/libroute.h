@@ -51,6 +51,17 @@
 #define LIBROUTE_INPUT_PREFERRED_TAINT 4
 
 /**
+ * Input group bit: the worker's measured speed (`LIBROUTE_ROW_HAS_SPEED` fields).
+ */
+#define LIBROUTE_INPUT_SPEED 8
+
+/**
+ * Input group bit: cache overlaps that count the blocks of requests routed to a worker and not
+ * yet computed there (a router records them: `libroute_router_route_at` with `pending_ttl_ms`).
+ */
+#define LIBROUTE_INPUT_PENDING 16
+
+/**
  * `libroute_row.flags` bit: the cache fields are meaningful (else they read as zeros).
  */
 #define LIBROUTE_ROW_HAS_CACHE 1
@@ -64,6 +75,11 @@
  * `libroute_row.flags` bit: the host marks the worker overloaded; it is skipped.
  */
 #define LIBROUTE_ROW_OVERLOADED 4
+
+/**
+ * `libroute_row.flags` bit: the speed fields are meaningful (else the row has no speed).
+ */
+#define LIBROUTE_ROW_HAS_SPEED 8
 
 /**
  * The largest capacity `libroute_selector_new` accepts.
@@ -549,6 +565,19 @@ typedef struct libroute_row {
    * Active requests.
    */
   uint64_t active_requests;
+  /**
+   * With `LIBROUTE_ROW_HAS_SPEED`: the fixed part of the worker's first-token time, ms
+   * (finite, >= 0).
+   */
+  double base_ms;
+  /**
+   * With `LIBROUTE_ROW_HAS_SPEED`: first-token ms per prefill token queued or computed there.
+   */
+  double ms_per_prefill_token;
+  /**
+   * With `LIBROUTE_ROW_HAS_SPEED`: first-token ms per request active there.
+   */
+  double ms_per_active_request;
 } libroute_row;
 
 /**
@@ -1289,6 +1318,41 @@ libroute_status libroute_router_book(struct libroute_router *router,
                                      uint64_t blocks);
 
 /**
+ * `libroute_router_book` at `now_ms` (milliseconds on the host's clock, the one it passes to
+ * `libroute_router_prefill_complete_at`): when the request's prefill completes, the time it took
+ * calibrates the worker's speed (`LIBROUTE_ROW_HAS_SPEED`, read by the `ttft` policy).
+ *
+ * Errors: as `libroute_router_book`, and `INVALID_ARGUMENT` for a time that is NaN, infinite or
+ * negative; nothing changes.
+ *
+ * # Safety
+ *
+ * `router` must be a live handle not used concurrently.
+ */
+libroute_status libroute_router_book_at(struct libroute_router *router,
+                                        uint64_t id,
+                                        struct libroute_worker worker,
+                                        uint64_t prefill_tokens,
+                                        uint64_t blocks,
+                                        double now_ms);
+
+/**
+ * `libroute_router_prefill_complete` at `now_ms`: a request booked at a time (with
+ * `libroute_router_book_at` or `libroute_router_route_at`) teaches its worker's speed how long
+ * its first token took.
+ *
+ * Errors: as `libroute_router_prefill_complete`, and `INVALID_ARGUMENT` for a time that is NaN,
+ * infinite or negative; nothing changes.
+ *
+ * # Safety
+ *
+ * `router` must be a live handle not used concurrently.
+ */
+libroute_status libroute_router_prefill_complete_at(struct libroute_router *router,
+                                                    uint64_t id,
+                                                    double now_ms);
+
+/**
  * Marks request `id`'s prefill complete.
  *
  * Errors: `UNKNOWN_REQUEST` (not booked, freed, or already completed); nothing changes.
@@ -1338,6 +1402,34 @@ libroute_status libroute_router_route(struct libroute_router *router,
                                       uint64_t id,
                                       uint64_t now,
                                       struct libroute_selection *out);
+
+/**
+ * `libroute_router_route` at `now_ms` (milliseconds on the host's clock, the one it passes to
+ * `libroute_router_prefill_complete_at`): the booking is timed, so its prefill completion
+ * calibrates the chosen worker's speed, and the rows get that speed (`LIBROUTE_ROW_HAS_SPEED`)
+ * when the policy reads it (the `ttft` catalog type). A router with `prediction_slots` records
+ * the choice as predicted blocks expiring `prediction_ttl` whole milliseconds later: approximate
+ * mode without KV events, or, beside KV events, the blocks of requests routed and not yet
+ * computed, which policies that read `LIBROUTE_INPUT_PENDING` credit.
+ *
+ * Errors: as `libroute_router_route`, and `INVALID_ARGUMENT` for a time that is NaN, infinite
+ * or negative. Nothing is booked on any error.
+ *
+ * # Safety
+ *
+ * As `libroute_router_route`.
+ */
+libroute_status libroute_router_route_at(struct libroute_router *router,
+                                         const struct libroute_policy *policy,
+                                         struct libroute_selector *selector,
+                                         const struct libroute_request *request,
+                                         const uint64_t *hashes,
+                                         size_t hashes_len,
+                                         struct libroute_row *rows,
+                                         size_t rows_len,
+                                         uint64_t id,
+                                         double now_ms,
+                                         struct libroute_selection *out);
 
 /**
  * Writes the router's counters to `*out`.

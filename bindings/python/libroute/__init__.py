@@ -21,10 +21,10 @@ from ._libroute import Policy, Router, Selector, __all__, packed_row_size
 __all__ = [*__all__, "pack_rows", "ROW_STRUCT"]
 
 #: One packed row: the C `libroute_row`, little-endian (see `PACKED_ROW_BYTES` in the Rust facade).
-ROW_STRUCT = _struct.Struct("<QI4xQIIIIdQQQQ")
+ROW_STRUCT = _struct.Struct("<QI4xQIIIIdQQQQddd")
 assert ROW_STRUCT.size == packed_row_size(), "the packed row layout changed"
 
-_HAS_CACHE, _HAS_LOAD, _OVERLOADED = 1, 2, 4
+_HAS_CACHE, _HAS_LOAD, _OVERLOADED, _HAS_SPEED = 1, 2, 4, 8
 
 
 def pack_rows(rows):
@@ -33,7 +33,7 @@ def pack_rows(rows):
     pack_into, size = ROW_STRUCT.pack_into, ROW_STRUCT.size
     for i, r in enumerate(rows):
         flags = _OVERLOADED if r.overloaded else 0
-        c, l = r.cache, r.load
+        c, l, s = r.cache, r.load, r.speed
         if c is not None:
             flags |= _HAS_CACHE
             cache = (c.device_blocks, c.host_blocks, c.disk_blocks, c.effective_blocks, c.effective_tokens)
@@ -44,7 +44,12 @@ def pack_rows(rows):
             load = (l.active_prefill_tokens, l.active_decode_blocks, l.active_requests)
         else:
             load = (0, 0, 0)
-        pack_into(out, i * size, r.worker.worker_id, r.worker.dp_rank, r.taints, flags, *cache, *load)
+        if s is not None:
+            flags |= _HAS_SPEED
+            speed = (s.base_ms, s.ms_per_prefill_token, s.ms_per_active_request)
+        else:
+            speed = (0.0, 0.0, 0.0)
+        pack_into(out, i * size, r.worker.worker_id, r.worker.dp_rank, r.taints, flags, *cache, *load, *speed)
     return bytes(out)
 
 

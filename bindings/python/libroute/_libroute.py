@@ -2400,11 +2400,81 @@ class _UniffiFfiConverterOptionalTypeRowLoad(_UniffiConverterRustBuffer):
             raise InternalError("Unexpected flag byte for optional type")
 
 @dataclass
+class RowSpeed:
+    """
+    A worker's measured first-token speed (read by the `ttft` policy; a router learns it).
+"""
+    def __init__(self, *, base_ms:float, ms_per_prefill_token:float, ms_per_active_request:float):
+        self.base_ms = base_ms
+        self.ms_per_prefill_token = ms_per_prefill_token
+        self.ms_per_active_request = ms_per_active_request
+        
+        
+
+    
+    def __str__(self):
+        return "RowSpeed(base_ms={}, ms_per_prefill_token={}, ms_per_active_request={})".format(self.base_ms, self.ms_per_prefill_token, self.ms_per_active_request)
+    def __eq__(self, other):
+        if self.base_ms != other.base_ms:
+            return False
+        if self.ms_per_prefill_token != other.ms_per_prefill_token:
+            return False
+        if self.ms_per_active_request != other.ms_per_active_request:
+            return False
+        return True
+
+class _UniffiFfiConverterTypeRowSpeed(_UniffiConverterRustBuffer):
+    @staticmethod
+    def read(buf):
+        return RowSpeed(
+            base_ms=_UniffiFfiConverterFloat64.read(buf),
+            ms_per_prefill_token=_UniffiFfiConverterFloat64.read(buf),
+            ms_per_active_request=_UniffiFfiConverterFloat64.read(buf),
+        )
+
+    @staticmethod
+    def check_lower(value):
+        _UniffiFfiConverterFloat64.check_lower(value.base_ms)
+        _UniffiFfiConverterFloat64.check_lower(value.ms_per_prefill_token)
+        _UniffiFfiConverterFloat64.check_lower(value.ms_per_active_request)
+
+    @staticmethod
+    def write(value, buf):
+        _UniffiFfiConverterFloat64.write(value.base_ms, buf)
+        _UniffiFfiConverterFloat64.write(value.ms_per_prefill_token, buf)
+        _UniffiFfiConverterFloat64.write(value.ms_per_active_request, buf)
+
+class _UniffiFfiConverterOptionalTypeRowSpeed(_UniffiConverterRustBuffer):
+    @classmethod
+    def check_lower(cls, value):
+        if value is not None:
+            _UniffiFfiConverterTypeRowSpeed.check_lower(value)
+
+    @classmethod
+    def write(cls, value, buf):
+        if value is None:
+            buf.write_u8(0)
+            return
+
+        buf.write_u8(1)
+        _UniffiFfiConverterTypeRowSpeed.write(value, buf)
+
+    @classmethod
+    def read(cls, buf):
+        flag = buf.read_u8()
+        if flag == 0:
+            return None
+        elif flag == 1:
+            return _UniffiFfiConverterTypeRowSpeed.read(buf)
+        else:
+            raise InternalError("Unexpected flag byte for optional type")
+
+@dataclass
 class Row:
     """
     One candidate worker.
 """
-    def __init__(self, *, worker:Worker, taints:int = 0, overloaded:bool = False, cache:typing.Optional[RowCache] = _DEFAULT, load:typing.Optional[RowLoad] = _DEFAULT):
+    def __init__(self, *, worker:Worker, taints:int = 0, overloaded:bool = False, cache:typing.Optional[RowCache] = _DEFAULT, load:typing.Optional[RowLoad] = _DEFAULT, speed:typing.Optional[RowSpeed] = _DEFAULT):
         self.worker = worker
         self.taints = taints
         self.overloaded = overloaded
@@ -2416,12 +2486,16 @@ class Row:
             self.load = None
         else:
             self.load = load
+        if speed is _DEFAULT:
+            self.speed = None
+        else:
+            self.speed = speed
         
         
 
     
     def __str__(self):
-        return "Row(worker={}, taints={}, overloaded={}, cache={}, load={})".format(self.worker, self.taints, self.overloaded, self.cache, self.load)
+        return "Row(worker={}, taints={}, overloaded={}, cache={}, load={}, speed={})".format(self.worker, self.taints, self.overloaded, self.cache, self.load, self.speed)
     def __eq__(self, other):
         if self.worker != other.worker:
             return False
@@ -2432,6 +2506,8 @@ class Row:
         if self.cache != other.cache:
             return False
         if self.load != other.load:
+            return False
+        if self.speed != other.speed:
             return False
         return True
 
@@ -2444,6 +2520,7 @@ class _UniffiFfiConverterTypeRow(_UniffiConverterRustBuffer):
             overloaded=_UniffiFfiConverterBoolean.read(buf),
             cache=_UniffiFfiConverterOptionalTypeRowCache.read(buf),
             load=_UniffiFfiConverterOptionalTypeRowLoad.read(buf),
+            speed=_UniffiFfiConverterOptionalTypeRowSpeed.read(buf),
         )
 
     @staticmethod
@@ -2453,6 +2530,7 @@ class _UniffiFfiConverterTypeRow(_UniffiConverterRustBuffer):
         _UniffiFfiConverterBoolean.check_lower(value.overloaded)
         _UniffiFfiConverterOptionalTypeRowCache.check_lower(value.cache)
         _UniffiFfiConverterOptionalTypeRowLoad.check_lower(value.load)
+        _UniffiFfiConverterOptionalTypeRowSpeed.check_lower(value.speed)
 
     @staticmethod
     def write(value, buf):
@@ -2461,6 +2539,7 @@ class _UniffiFfiConverterTypeRow(_UniffiConverterRustBuffer):
         _UniffiFfiConverterBoolean.write(value.overloaded, buf)
         _UniffiFfiConverterOptionalTypeRowCache.write(value.cache, buf)
         _UniffiFfiConverterOptionalTypeRowLoad.write(value.load, buf)
+        _UniffiFfiConverterOptionalTypeRowSpeed.write(value.speed, buf)
 
 class _UniffiFfiConverterSequenceTypeRow(_UniffiConverterRustBuffer):
     @classmethod
@@ -5120,6 +5199,7 @@ __all__ = [
     "Request",
     "RowCache",
     "RowLoad",
+    "RowSpeed",
     "Row",
     "Routed",
     "RouterConfig",

@@ -24,11 +24,11 @@ use std::ptr::{NonNull, null, null_mut};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 
 use route::{
-    LIBROUTE_ROW_HAS_CACHE, LIBROUTE_ROW_HAS_LOAD, LIBROUTE_ROW_OVERLOADED, libroute_block_range,
-    libroute_kv_event, libroute_ledger_event, libroute_policy, libroute_preferred_taint,
-    libroute_reason, libroute_request, libroute_router, libroute_router_config,
-    libroute_router_counters, libroute_row, libroute_selection, libroute_selector, libroute_status,
-    libroute_worker,
+    LIBROUTE_ROW_HAS_CACHE, LIBROUTE_ROW_HAS_LOAD, LIBROUTE_ROW_HAS_SPEED, LIBROUTE_ROW_OVERLOADED,
+    libroute_block_range, libroute_kv_event, libroute_ledger_event, libroute_policy,
+    libroute_preferred_taint, libroute_reason, libroute_request, libroute_router,
+    libroute_router_config, libroute_router_counters, libroute_row, libroute_selection,
+    libroute_selector, libroute_status, libroute_worker,
 };
 
 /// Defines [`RouteError`] with one variant per failure status, and its mapping from the status.
@@ -314,6 +314,17 @@ pub struct RowLoad {
     pub active_requests: u64,
 }
 
+/// A worker's measured first-token speed (read by the `ttft` policy; a router learns it).
+#[derive(Debug, Clone, Copy, PartialEq, uniffi::Record)]
+pub struct RowSpeed {
+    /// Fixed part of a first token, ms; finite and at least 0.
+    pub base_ms: f64,
+    /// Per prefill token queued or computed there, ms; finite and at least 0.
+    pub ms_per_prefill_token: f64,
+    /// Per request active there, ms; finite and at least 0.
+    pub ms_per_active_request: f64,
+}
+
 /// One candidate worker.
 #[derive(Debug, Clone, Copy, PartialEq, uniffi::Record)]
 pub struct Row {
@@ -331,6 +342,9 @@ pub struct Row {
     /// Its load; `None` when unknown.
     #[uniffi(default = None)]
     pub load: Option<RowLoad>,
+    /// Its measured speed; `None` when unknown.
+    #[uniffi(default = None)]
+    pub speed: Option<RowSpeed>,
 }
 
 impl From<&Row> for libroute_row {
@@ -357,6 +371,14 @@ impl From<&Row> for libroute_row {
         if r.load.is_some() {
             flags |= LIBROUTE_ROW_HAS_LOAD;
         }
+        let speed = r.speed.unwrap_or(RowSpeed {
+            base_ms: 0.0,
+            ms_per_prefill_token: 0.0,
+            ms_per_active_request: 0.0,
+        });
+        if r.speed.is_some() {
+            flags |= LIBROUTE_ROW_HAS_SPEED;
+        }
         libroute_row {
             worker: r.worker.into(),
             taints: r.taints,
@@ -369,6 +391,9 @@ impl From<&Row> for libroute_row {
             active_prefill_tokens: load.active_prefill_tokens,
             active_decode_blocks: load.active_decode_blocks,
             active_requests: load.active_requests,
+            base_ms: speed.base_ms,
+            ms_per_prefill_token: speed.ms_per_prefill_token,
+            ms_per_active_request: speed.ms_per_active_request,
         }
     }
 }
@@ -391,16 +416,22 @@ impl From<&libroute_row> for Row {
                 active_decode_blocks: r.active_decode_blocks,
                 active_requests: r.active_requests,
             }),
+            speed: (r.flags & LIBROUTE_ROW_HAS_SPEED != 0).then_some(RowSpeed {
+                base_ms: r.base_ms,
+                ms_per_prefill_token: r.ms_per_prefill_token,
+                ms_per_active_request: r.ms_per_active_request,
+            }),
         }
     }
 }
 
 /// Bytes per packed row: the C `libroute_row` layout, little-endian, 4 padding bytes after
 /// `dp_rank`: `worker_id` u64 @0, `dp_rank` u32 @8, `taints` u64 @16, `flags` u32 @24
-/// (1 cache, 2 load, 4 overloaded), `device_blocks` u32 @28, `host_blocks` u32 @32,
+/// (1 cache, 2 load, 4 overloaded, 8 speed), `device_blocks` u32 @28, `host_blocks` u32 @32,
 /// `disk_blocks` u32 @36, `effective_blocks` f64 @40, `effective_tokens` u64 @48,
-/// `active_prefill_tokens` u64 @56, `active_decode_blocks` u64 @64, `active_requests` u64 @72.
-pub const PACKED_ROW_BYTES: u32 = 80;
+/// `active_prefill_tokens` u64 @56, `active_decode_blocks` u64 @64, `active_requests` u64 @72,
+/// `base_ms` f64 @80, `ms_per_prefill_token` f64 @88, `ms_per_active_request` f64 @96.
+pub const PACKED_ROW_BYTES: u32 = 104;
 
 /// [`PACKED_ROW_BYTES`] as a length.
 const ROW: usize = PACKED_ROW_BYTES as usize;
@@ -454,6 +485,9 @@ fn unpack_rows(bytes: &[u8], out: &mut Vec<libroute_row>) -> Result<(), RouteErr
             active_prefill_tokens: u64_at(56),
             active_decode_blocks: u64_at(64),
             active_requests: u64_at(72),
+            base_ms: f64::from_bits(u64_at(80)),
+            ms_per_prefill_token: f64::from_bits(u64_at(88)),
+            ms_per_active_request: f64::from_bits(u64_at(96)),
         }
     }));
     Ok(())
@@ -1729,6 +1763,7 @@ mod tests {
                 effective_tokens: u64::from(device_blocks) * 16,
             }),
             load: None,
+            speed: None,
         }
     }
 
@@ -1890,6 +1925,9 @@ mod packed {
         ] {
             b.extend(v.to_le_bytes());
         }
+        for v in [r.base_ms, r.ms_per_prefill_token, r.ms_per_active_request] {
+            b.extend(v.to_bits().to_le_bytes());
+        }
         b
     }
 
@@ -1899,6 +1937,8 @@ mod packed {
         assert_eq!(offset_of!(libroute_row, flags), 24);
         assert_eq!(offset_of!(libroute_row, effective_blocks), 40);
         assert_eq!(offset_of!(libroute_row, active_requests), 72);
+        assert_eq!(offset_of!(libroute_row, base_ms), 80);
+        assert_eq!(offset_of!(libroute_row, ms_per_active_request), 96);
     }
 
     #[test]
@@ -1922,6 +1962,11 @@ mod packed {
                     active_prefill_tokens: i * 131 % 4096,
                     active_decode_blocks: i * 17 % 509,
                     active_requests: i % 13,
+                }),
+                speed: (i % 3 == 0).then_some(RowSpeed {
+                    base_ms: i as f64,
+                    ms_per_prefill_token: 0.01 * (i % 4) as f64,
+                    ms_per_active_request: 0.5,
                 }),
             })
             .collect();

@@ -2539,6 +2539,10 @@ public struct Row: Equatable, Hashable {
      * Its load; `None` when unknown.
      */
     public var load: RowLoad?
+    /**
+     * Its measured speed; `None` when unknown.
+     */
+    public var speed: RowSpeed?
 
     // Default memberwise initializers are never public by default, so we
     // declare one manually.
@@ -2557,12 +2561,16 @@ public struct Row: Equatable, Hashable {
          */cache: RowCache? = nil, 
         /**
          * Its load; `None` when unknown.
-         */load: RowLoad? = nil) {
+         */load: RowLoad? = nil, 
+        /**
+         * Its measured speed; `None` when unknown.
+         */speed: RowSpeed? = nil) {
         self.worker = worker
         self.taints = taints
         self.overloaded = overloaded
         self.cache = cache
         self.load = load
+        self.speed = speed
     }
 
     
@@ -2585,7 +2593,8 @@ public struct FfiConverterTypeRow: FfiConverterRustBuffer {
                 taints: FfiConverterUInt64.read(from: &buf), 
                 overloaded: FfiConverterBool.read(from: &buf), 
                 cache: FfiConverterOptionTypeRowCache.read(from: &buf), 
-                load: FfiConverterOptionTypeRowLoad.read(from: &buf)
+                load: FfiConverterOptionTypeRowLoad.read(from: &buf), 
+                speed: FfiConverterOptionTypeRowSpeed.read(from: &buf)
         )
     }
 
@@ -2595,6 +2604,7 @@ public struct FfiConverterTypeRow: FfiConverterRustBuffer {
         FfiConverterBool.write(value.overloaded, into: &buf)
         FfiConverterOptionTypeRowCache.write(value.cache, into: &buf)
         FfiConverterOptionTypeRowLoad.write(value.load, into: &buf)
+        FfiConverterOptionTypeRowSpeed.write(value.speed, into: &buf)
     }
 }
 
@@ -2898,6 +2908,85 @@ public func FfiConverterTypeRowLoad_lift(_ buf: RustBuffer) throws -> RowLoad {
 #endif
 public func FfiConverterTypeRowLoad_lower(_ value: RowLoad) -> RustBuffer {
     return FfiConverterTypeRowLoad.lower(value)
+}
+
+
+/**
+ * A worker's measured first-token speed (read by the `ttft` policy; a router learns it).
+ */
+public struct RowSpeed: Equatable, Hashable {
+    /**
+     * Fixed part of a first token, ms; finite and at least 0.
+     */
+    public var baseMs: Double
+    /**
+     * Per prefill token queued or computed there, ms; finite and at least 0.
+     */
+    public var msPerPrefillToken: Double
+    /**
+     * Per request active there, ms; finite and at least 0.
+     */
+    public var msPerActiveRequest: Double
+
+    // Default memberwise initializers are never public by default, so we
+    // declare one manually.
+    public init(
+        /**
+         * Fixed part of a first token, ms; finite and at least 0.
+         */baseMs: Double, 
+        /**
+         * Per prefill token queued or computed there, ms; finite and at least 0.
+         */msPerPrefillToken: Double, 
+        /**
+         * Per request active there, ms; finite and at least 0.
+         */msPerActiveRequest: Double) {
+        self.baseMs = baseMs
+        self.msPerPrefillToken = msPerPrefillToken
+        self.msPerActiveRequest = msPerActiveRequest
+    }
+
+    
+
+    
+}
+
+#if compiler(>=6)
+extension RowSpeed: Sendable {}
+#endif
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public struct FfiConverterTypeRowSpeed: FfiConverterRustBuffer {
+    public static func read(from buf: inout (data: Data, offset: Data.Index)) throws -> RowSpeed {
+        return
+            try RowSpeed(
+                baseMs: FfiConverterDouble.read(from: &buf), 
+                msPerPrefillToken: FfiConverterDouble.read(from: &buf), 
+                msPerActiveRequest: FfiConverterDouble.read(from: &buf)
+        )
+    }
+
+    public static func write(_ value: RowSpeed, into buf: inout [UInt8]) {
+        FfiConverterDouble.write(value.baseMs, into: &buf)
+        FfiConverterDouble.write(value.msPerPrefillToken, into: &buf)
+        FfiConverterDouble.write(value.msPerActiveRequest, into: &buf)
+    }
+}
+
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public func FfiConverterTypeRowSpeed_lift(_ buf: RustBuffer) throws -> RowSpeed {
+    return try FfiConverterTypeRowSpeed.lift(buf)
+}
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public func FfiConverterTypeRowSpeed_lower(_ value: RowSpeed) -> RustBuffer {
+    return FfiConverterTypeRowSpeed.lower(value)
 }
 
 
@@ -4411,6 +4500,30 @@ fileprivate struct FfiConverterOptionTypeRowLoad: FfiConverterRustBuffer {
         switch try readInt(&buf) as Int8 {
         case 0: return nil
         case 1: return try FfiConverterTypeRowLoad.read(from: &buf)
+        default: throw UniffiInternalError.unexpectedOptionalTag
+        }
+    }
+}
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+fileprivate struct FfiConverterOptionTypeRowSpeed: FfiConverterRustBuffer {
+    typealias SwiftType = RowSpeed?
+
+    public static func write(_ value: SwiftType, into buf: inout [UInt8]) {
+        guard let value = value else {
+            writeInt(&buf, Int8(0))
+            return
+        }
+        writeInt(&buf, Int8(1))
+        FfiConverterTypeRowSpeed.write(value, into: &buf)
+    }
+
+    public static func read(from buf: inout (data: Data, offset: Data.Index)) throws -> SwiftType {
+        switch try readInt(&buf) as Int8 {
+        case 0: return nil
+        case 1: return try FfiConverterTypeRowSpeed.read(from: &buf)
         default: throw UniffiInternalError.unexpectedOptionalTag
         }
     }

@@ -10,14 +10,16 @@ import java.nio.ByteOrder
  */
 fun packRows(rows: List<Row>): ByteArray {
     val size = packedRowSize().toInt()
-    check(size == 80) { "the packed row layout changed: $size bytes" }
+    check(size == 104) { "the packed row layout changed: $size bytes" }
     val buf = ByteBuffer.allocate(size * rows.size).order(ByteOrder.LITTLE_ENDIAN)
     for (r in rows) {
         var flags = if (r.overloaded) 4 else 0
         val c = r.cache
         val l = r.load
+        val s = r.speed
         if (c != null) flags = flags or 1
         if (l != null) flags = flags or 2
+        if (s != null) flags = flags or 8
         buf.putLong(r.worker.workerId.toLong())
         buf.putInt(r.worker.dpRank.toInt())
         buf.putInt(0) // padding
@@ -31,6 +33,9 @@ fun packRows(rows: List<Row>): ByteArray {
         buf.putLong(l?.activePrefillTokens?.toLong() ?: 0L)
         buf.putLong(l?.activeDecodeBlocks?.toLong() ?: 0L)
         buf.putLong(l?.activeRequests?.toLong() ?: 0L)
+        buf.putDouble(s?.baseMs ?: 0.0)
+        buf.putDouble(s?.msPerPrefillToken ?: 0.0)
+        buf.putDouble(s?.msPerActiveRequest ?: 0.0)
     }
     return buf.array()
 }

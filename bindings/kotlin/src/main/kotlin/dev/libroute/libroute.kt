@@ -3714,6 +3714,11 @@ data class Row (
      * Its load; `None` when unknown.
      */
     var `load`: RowLoad? = null 
+    , 
+    /**
+     * Its measured speed; `None` when unknown.
+     */
+    var `speed`: RowSpeed? = null 
     
 ){
     
@@ -3735,6 +3740,7 @@ public object FfiConverterTypeRow: FfiConverterRustBuffer<Row> {
             FfiConverterBoolean.read(buf),
             FfiConverterOptionalTypeRowCache.read(buf),
             FfiConverterOptionalTypeRowLoad.read(buf),
+            FfiConverterOptionalTypeRowSpeed.read(buf),
         )
     }
 
@@ -3743,7 +3749,8 @@ public object FfiConverterTypeRow: FfiConverterRustBuffer<Row> {
             FfiConverterULong.allocationSize(value.`taints`) +
             FfiConverterBoolean.allocationSize(value.`overloaded`) +
             FfiConverterOptionalTypeRowCache.allocationSize(value.`cache`) +
-            FfiConverterOptionalTypeRowLoad.allocationSize(value.`load`)
+            FfiConverterOptionalTypeRowLoad.allocationSize(value.`load`) +
+            FfiConverterOptionalTypeRowSpeed.allocationSize(value.`speed`)
     )
 
     override fun write(value: Row, buf: ByteBuffer) {
@@ -3752,6 +3759,7 @@ public object FfiConverterTypeRow: FfiConverterRustBuffer<Row> {
             FfiConverterBoolean.write(value.`overloaded`, buf)
             FfiConverterOptionalTypeRowCache.write(value.`cache`, buf)
             FfiConverterOptionalTypeRowLoad.write(value.`load`, buf)
+            FfiConverterOptionalTypeRowSpeed.write(value.`speed`, buf)
     }
 }
 
@@ -3957,6 +3965,61 @@ public object FfiConverterTypeRowLoad: FfiConverterRustBuffer<RowLoad> {
             FfiConverterULong.write(value.`activePrefillTokens`, buf)
             FfiConverterULong.write(value.`activeDecodeBlocks`, buf)
             FfiConverterULong.write(value.`activeRequests`, buf)
+    }
+}
+
+
+
+/**
+ * A worker's measured first-token speed (read by the `ttft` policy; a router learns it).
+ */
+data class RowSpeed (
+    /**
+     * Fixed part of a first token, ms; finite and at least 0.
+     */
+    var `baseMs`: kotlin.Double
+    , 
+    /**
+     * Per prefill token queued or computed there, ms; finite and at least 0.
+     */
+    var `msPerPrefillToken`: kotlin.Double
+    , 
+    /**
+     * Per request active there, ms; finite and at least 0.
+     */
+    var `msPerActiveRequest`: kotlin.Double
+    
+){
+    
+
+    
+
+    
+    companion object
+}
+
+/**
+ * @suppress
+ */
+public object FfiConverterTypeRowSpeed: FfiConverterRustBuffer<RowSpeed> {
+    override fun read(buf: ByteBuffer): RowSpeed {
+        return RowSpeed(
+            FfiConverterDouble.read(buf),
+            FfiConverterDouble.read(buf),
+            FfiConverterDouble.read(buf),
+        )
+    }
+
+    override fun allocationSize(value: RowSpeed) = (
+            FfiConverterDouble.allocationSize(value.`baseMs`) +
+            FfiConverterDouble.allocationSize(value.`msPerPrefillToken`) +
+            FfiConverterDouble.allocationSize(value.`msPerActiveRequest`)
+    )
+
+    override fun write(value: RowSpeed, buf: ByteBuffer) {
+            FfiConverterDouble.write(value.`baseMs`, buf)
+            FfiConverterDouble.write(value.`msPerPrefillToken`, buf)
+            FfiConverterDouble.write(value.`msPerActiveRequest`, buf)
     }
 }
 
@@ -5818,6 +5881,38 @@ public object FfiConverterOptionalTypeRowLoad: FfiConverterRustBuffer<RowLoad?> 
         } else {
             buf.put(1)
             FfiConverterTypeRowLoad.write(value, buf)
+        }
+    }
+}
+
+
+
+
+/**
+ * @suppress
+ */
+public object FfiConverterOptionalTypeRowSpeed: FfiConverterRustBuffer<RowSpeed?> {
+    override fun read(buf: ByteBuffer): RowSpeed? {
+        if (buf.get().toInt() == 0) {
+            return null
+        }
+        return FfiConverterTypeRowSpeed.read(buf)
+    }
+
+    override fun allocationSize(value: RowSpeed?): ULong {
+        if (value == null) {
+            return 1UL
+        } else {
+            return 1UL + FfiConverterTypeRowSpeed.allocationSize(value)
+        }
+    }
+
+    override fun write(value: RowSpeed?, buf: ByteBuffer) {
+        if (value == null) {
+            buf.put(0)
+        } else {
+            buf.put(1)
+            FfiConverterTypeRowSpeed.write(value, buf)
         }
     }
 }
