@@ -14,6 +14,18 @@ static libroute_status lr_route(libroute_router *router, const libroute_policy *
   if (rc != LIBROUTE_STATUS_OK) libroute_last_error(detail, detail_len, detail_n);
   return rc;
 }
+// The same with the time in milliseconds (libroute_router_route_at).
+static libroute_status lr_route_at(libroute_router *router, const libroute_policy *policy,
+                                   libroute_selector *selector, const libroute_request *request,
+                                   const uint64_t *hashes, size_t hashes_len, libroute_row *rows,
+                                   size_t rows_len, uint64_t id, double now_ms, libroute_selection *out,
+                                   char *detail, size_t detail_len, size_t *detail_n) {
+  libroute_status rc = libroute_router_route_at(router, policy, selector, request, hashes, hashes_len,
+                                                rows, rows_len, id, now_ms, out);
+  *detail_n = 0;
+  if (rc != LIBROUTE_STATUS_OK) libroute_last_error(detail, detail_len, detail_n);
+  return rc;
+}
 */
 import "C"
 
@@ -204,6 +216,23 @@ func (r *Router) Book(id uint64, w Worker, prefillTokens, blocks uint64) error {
 	})
 }
 
+// BookAt is Book at nowMs (milliseconds on the host's clock, the one it passes to
+// PrefillCompleteAt): when the request's prefill completes, the time it took calibrates the
+// worker's speed, which the ttft policy reads.
+func (r *Router) BookAt(id uint64, w Worker, prefillTokens, blocks uint64, nowMs float64) error {
+	return r.do(func(p *C.libroute_router) C.libroute_status {
+		return C.libroute_router_book_at(p, C.uint64_t(id), cWorker(w), C.uint64_t(prefillTokens), C.uint64_t(blocks), C.double(nowMs))
+	})
+}
+
+// PrefillCompleteAt is PrefillComplete at nowMs: a request booked at a time (BookAt, RouteAt)
+// teaches its worker's speed how long its first token took.
+func (r *Router) PrefillCompleteAt(id uint64, nowMs float64) error {
+	return r.do(func(p *C.libroute_router) C.libroute_status {
+		return C.libroute_router_prefill_complete_at(p, C.uint64_t(id), C.double(nowMs))
+	})
+}
+
 // PrefillComplete marks request id's prefill complete.
 func (r *Router) PrefillComplete(id uint64) error {
 	return r.do(func(p *C.libroute_router) C.libroute_status {
@@ -220,6 +249,38 @@ func (r *Router) FreeRequest(id uint64) error {
 // and the ledger's loads, selects with policy, and books request id on the chosen worker. Nothing
 // is booked on an error. The Selection's Contributions are not filled (use s.LastCosts).
 func (r *Router) Route(policy *Policy, s *Selector, req *Request, hashes []uint64, rows []Row, id, now uint64) (Selection, error) {
+	return r.route(policy, s, req, hashes, rows, id, func(c routeArgs) C.libroute_status {
+		return C.lr_route(c.router, c.policy, c.selector, c.request, c.hashes, c.hashesLen, c.rows, c.rowsLen,
+			C.uint64_t(id), C.uint64_t(now), &s.out, &s.detail[0], C.size_t(len(s.detail)), &s.detailLen)
+	})
+}
+
+// RouteAt is Route at nowMs (milliseconds on the host's clock, the one it passes to
+// PrefillCompleteAt): the booking is timed, so its prefill completion calibrates the chosen
+// worker's speed, and the rows get that speed (RowHasSpeed) when the policy reads it (the ttft
+// policy). A router with PredictionSlots records the choice as predicted blocks expiring
+// PredictionTTL whole milliseconds later: approximate mode, or beside KV events the blocks of
+// requests routed and not yet computed, which the ttft policy credits.
+func (r *Router) RouteAt(policy *Policy, s *Selector, req *Request, hashes []uint64, rows []Row, id uint64, nowMs float64) (Selection, error) {
+	return r.route(policy, s, req, hashes, rows, id, func(c routeArgs) C.libroute_status {
+		return C.lr_route_at(c.router, c.policy, c.selector, c.request, c.hashes, c.hashesLen, c.rows, c.rowsLen,
+			C.uint64_t(id), C.double(nowMs), &s.out, &s.detail[0], C.size_t(len(s.detail)), &s.detailLen)
+	})
+}
+
+// routeArgs are the C arguments Route and RouteAt share.
+type routeArgs struct {
+	router    *C.libroute_router
+	policy    *C.libroute_policy
+	selector  *C.libroute_selector
+	request   *C.libroute_request
+	hashes    *C.uint64_t
+	hashesLen C.size_t
+	rows      *C.libroute_row
+	rowsLen   C.size_t
+}
+
+func (r *Router) route(policy *Policy, s *Selector, req *Request, hashes []uint64, rows []Row, id uint64, call func(routeArgs) C.libroute_status) (Selection, error) {
 	if r.ptr == nil || s.ptr == nil || policy == nil || policy.ptr == nil {
 		return Selection{}, ErrClosed
 	}
@@ -234,8 +295,7 @@ func (r *Router) Route(policy *Policy, s *Selector, req *Request, hashes []uint6
 	if len(hashes) > 0 {
 		hashesPtr = (*C.uint64_t)(unsafe.Pointer(&hashes[0]))
 	}
-	rc := C.lr_route(r.ptr, policy.ptr, s.ptr, c, hashesPtr, C.size_t(len(hashes)), rowsPtr, C.size_t(len(rows)),
-		C.uint64_t(id), C.uint64_t(now), &s.out, &s.detail[0], C.size_t(len(s.detail)), &s.detailLen)
+	rc := call(routeArgs{r.ptr, policy.ptr, s.ptr, c, hashesPtr, C.size_t(len(hashes)), rowsPtr, C.size_t(len(rows))})
 	runtime.KeepAlive(rows)
 	runtime.KeepAlive(hashes)
 	runtime.KeepAlive(req)

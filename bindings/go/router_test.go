@@ -3,6 +3,7 @@ package libroute
 import (
 	"errors"
 	"fmt"
+	"math"
 	"testing"
 )
 
@@ -89,5 +90,57 @@ func TestRouterBadInputAndClose(t *testing.T) {
 	router.Close()
 	if _, err := router.Counters(); !errors.Is(err, ErrClosed) {
 		t.Errorf("closed: %v", err)
+	}
+}
+
+// A self-calibrating host: timed bookings and completions teach the router each worker's speed;
+// the ttft policy reads it from the rows RouteAt fills.
+func TestTimedRoutingCalibratesTheTtftPolicy(t *testing.T) {
+	router := newTestRouter(t, 0)
+	defer router.Close()
+	for _, w := range []Worker{workerA, workerB} {
+		if err := router.AddWorker(w); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Worker B takes three times as long as worker A for the same prompt.
+	for id := uint64(0); id < 40; id++ {
+		w, slow := workerA, 1.0
+		if id%2 == 1 {
+			w, slow = workerB, 3.0
+		}
+		tokens := 200 + id*50
+		now := float64(id) * 1000
+		if err := router.BookAt(id, w, tokens, 2, now); err != nil {
+			t.Fatal(err)
+		}
+		if err := router.PrefillCompleteAt(id, now+slow*(10+0.05*float64(tokens))); err != nil {
+			t.Fatal(err)
+		}
+		if err := router.FreeRequest(id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	policy, err := NewPolicy(`{"type": "ttft"}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer policy.Close()
+	selector, _ := NewSelector(16, 1)
+	defer selector.Close()
+	req := Request{PromptTokens: 1000, BlockSize: 16, Role: RoleAggregated, TrackPrefillTokens: true}
+	rows := []Row{{Worker: workerA}, {Worker: workerB}}
+	sel, err := router.RouteAt(policy, selector, &req, []uint64{5, 6}, rows, 100, 50000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sel.Worker != workerA || rows[0].Flags&RowHasSpeed == 0 || !(rows[1].MsPerPrefillToken > 2*rows[0].MsPerPrefillToken) {
+		t.Fatalf("selection %+v, rows %+v", sel, rows)
+	}
+	if err := router.PrefillCompleteAt(100, -1); !errors.Is(err, StatusInvalidArgument) {
+		t.Errorf("negative time: %v", err)
+	}
+	if _, err := router.RouteAt(policy, selector, &req, nil, rows, 101, math.NaN()); !errors.Is(err, StatusInvalidArgument) {
+		t.Errorf("NaN time: %v", err)
 	}
 }

@@ -2,6 +2,7 @@
  * replica events arrive late and twice, one call routes; approximate mode follows its own
  * predictions; and every bad input gets its documented status. Prints "N passed, N failed". */
 
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -172,6 +173,51 @@ static void test_approximate_mode(void) {
   libroute_router_free(router);
 }
 
+/* A self-calibrating host: timed bookings and prefill completions teach the router each worker's
+ * speed; the ttft policy reads it from the rows libroute_router_route_at fills. */
+static void test_timed_routing_calibrates_ttft(void) {
+  libroute_router_config cfg = config(0);
+  libroute_router *router = NULL;
+  libroute_policy *policy = NULL;
+  libroute_selector *selector = NULL;
+  const char *json = "{\"type\": \"ttft\"}";
+  uint64_t prompt[2] = {5, 6};
+  libroute_row rows[2];
+  libroute_request req = request(1000);
+  libroute_selection sel;
+  uint64_t id;
+  libroute_router_new(&cfg, &router);
+  EXPECT_STATUS(libroute_policy_new(json, strlen(json), &policy), LIBROUTE_STATUS_OK);
+  libroute_selector_new(4, 3, &selector);
+  libroute_router_add_worker(router, worker(1));
+  libroute_router_add_worker(router, worker(2));
+  /* Worker 2 takes three times as long as worker 1 for the same prompt. */
+  for (id = 0; id < 40; id++) {
+    double slow = id % 2 ? 3.0 : 1.0, now = 1000.0 * (double)id;
+    uint64_t tokens = 200 + 50 * id;
+    EXPECT_STATUS(libroute_router_book_at(router, id, worker(1 + id % 2), tokens, 2, now), LIBROUTE_STATUS_OK);
+    EXPECT_STATUS(libroute_router_prefill_complete_at(router, id, now + slow * (10 + 0.05 * (double)tokens)),
+                  LIBROUTE_STATUS_OK);
+    libroute_router_free_request(router, id);
+  }
+  memset(rows, 0, sizeof rows);
+  rows[0].worker = worker(1);
+  rows[1].worker = worker(2);
+  EXPECT_STATUS(libroute_router_route_at(router, policy, selector, &req, prompt, 2, rows, 2, 100, 50000.0, &sel),
+                LIBROUTE_STATUS_OK);
+  CHECK(sel.worker.worker_id == 1, "the fast worker wins when both are idle");
+  CHECK((rows[1].flags & LIBROUTE_ROW_HAS_SPEED) && rows[1].ms_per_prefill_token > 2 * rows[0].ms_per_prefill_token,
+        "the rows carry the learned speeds");
+  EXPECT_STATUS(libroute_router_prefill_complete_at(router, 100, -1.0), LIBROUTE_STATUS_INVALID_ARGUMENT);
+  EXPECT_STATUS(libroute_router_route_at(router, policy, selector, &req, prompt, 2, rows, 2, 101, NAN, &sel),
+                LIBROUTE_STATUS_INVALID_ARGUMENT);
+  CHECK(counters(router).active_requests == 1, "a bad time books nothing");
+  EXPECT_STATUS(libroute_router_book_at(router, 102, worker(1), 1, 1, INFINITY), LIBROUTE_STATUS_INVALID_ARGUMENT);
+  libroute_selector_free(selector);
+  libroute_policy_free(policy);
+  libroute_router_free(router);
+}
+
 static void test_bad_input(void) {
   libroute_router_config cfg = config(0);
   libroute_router *router = NULL;
@@ -222,6 +268,7 @@ int main(void) {
   test_events_route_book_free();
   test_replica_events();
   test_approximate_mode();
+  test_timed_routing_calibrates_ttft();
   test_bad_input();
   return finish();
 }

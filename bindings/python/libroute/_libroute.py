@@ -548,17 +548,23 @@ def _uniffi_check_api_checksums(lib):
         raise InternalError("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     if lib.uniffi_route_uniffi_checksum_method_router_book() != 9306:
         raise InternalError("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
+    if lib.uniffi_route_uniffi_checksum_method_router_book_at() != 5699:
+        raise InternalError("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     if lib.uniffi_route_uniffi_checksum_method_router_counters() != 20495:
         raise InternalError("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     if lib.uniffi_route_uniffi_checksum_method_router_free_request() != 65535:
         raise InternalError("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     if lib.uniffi_route_uniffi_checksum_method_router_prefill_complete() != 37421:
         raise InternalError("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
+    if lib.uniffi_route_uniffi_checksum_method_router_prefill_complete_at() != 21661:
+        raise InternalError("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     if lib.uniffi_route_uniffi_checksum_method_router_release() != 9773:
         raise InternalError("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     if lib.uniffi_route_uniffi_checksum_method_router_remove_worker() != 2704:
         raise InternalError("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     if lib.uniffi_route_uniffi_checksum_method_router_route() != 52793:
+        raise InternalError("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
+    if lib.uniffi_route_uniffi_checksum_method_router_route_at() != 40489:
         raise InternalError("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     if lib.uniffi_route_uniffi_checksum_constructor_router_new() != 42963:
         raise InternalError("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
@@ -641,6 +647,9 @@ _UniffiLib.uniffi_route_uniffi_checksum_method_router_apply_ledger_events.restyp
 _UniffiLib.uniffi_route_uniffi_checksum_method_router_book.argtypes = (
 )
 _UniffiLib.uniffi_route_uniffi_checksum_method_router_book.restype = ctypes.c_uint16
+_UniffiLib.uniffi_route_uniffi_checksum_method_router_book_at.argtypes = (
+)
+_UniffiLib.uniffi_route_uniffi_checksum_method_router_book_at.restype = ctypes.c_uint16
 _UniffiLib.uniffi_route_uniffi_checksum_method_router_counters.argtypes = (
 )
 _UniffiLib.uniffi_route_uniffi_checksum_method_router_counters.restype = ctypes.c_uint16
@@ -650,6 +659,9 @@ _UniffiLib.uniffi_route_uniffi_checksum_method_router_free_request.restype = cty
 _UniffiLib.uniffi_route_uniffi_checksum_method_router_prefill_complete.argtypes = (
 )
 _UniffiLib.uniffi_route_uniffi_checksum_method_router_prefill_complete.restype = ctypes.c_uint16
+_UniffiLib.uniffi_route_uniffi_checksum_method_router_prefill_complete_at.argtypes = (
+)
+_UniffiLib.uniffi_route_uniffi_checksum_method_router_prefill_complete_at.restype = ctypes.c_uint16
 _UniffiLib.uniffi_route_uniffi_checksum_method_router_release.argtypes = (
 )
 _UniffiLib.uniffi_route_uniffi_checksum_method_router_release.restype = ctypes.c_uint16
@@ -659,6 +671,9 @@ _UniffiLib.uniffi_route_uniffi_checksum_method_router_remove_worker.restype = ct
 _UniffiLib.uniffi_route_uniffi_checksum_method_router_route.argtypes = (
 )
 _UniffiLib.uniffi_route_uniffi_checksum_method_router_route.restype = ctypes.c_uint16
+_UniffiLib.uniffi_route_uniffi_checksum_method_router_route_at.argtypes = (
+)
+_UniffiLib.uniffi_route_uniffi_checksum_method_router_route_at.restype = ctypes.c_uint16
 _UniffiLib.uniffi_route_uniffi_checksum_constructor_router_new.argtypes = (
 )
 _UniffiLib.uniffi_route_uniffi_checksum_constructor_router_new.restype = ctypes.c_uint16
@@ -752,6 +767,16 @@ _UniffiLib.uniffi_route_uniffi_fn_method_router_book.argtypes = (
     ctypes.POINTER(_UniffiRustCallStatus),
 )
 _UniffiLib.uniffi_route_uniffi_fn_method_router_book.restype = None
+_UniffiLib.uniffi_route_uniffi_fn_method_router_book_at.argtypes = (
+    ctypes.c_uint64,
+    ctypes.c_uint64,
+    _UniffiRustBuffer,
+    ctypes.c_uint64,
+    ctypes.c_uint64,
+    ctypes.c_double,
+    ctypes.POINTER(_UniffiRustCallStatus),
+)
+_UniffiLib.uniffi_route_uniffi_fn_method_router_book_at.restype = None
 _UniffiLib.uniffi_route_uniffi_fn_method_router_counters.argtypes = (
     ctypes.c_uint64,
     ctypes.POINTER(_UniffiRustCallStatus),
@@ -769,6 +794,13 @@ _UniffiLib.uniffi_route_uniffi_fn_method_router_prefill_complete.argtypes = (
     ctypes.POINTER(_UniffiRustCallStatus),
 )
 _UniffiLib.uniffi_route_uniffi_fn_method_router_prefill_complete.restype = None
+_UniffiLib.uniffi_route_uniffi_fn_method_router_prefill_complete_at.argtypes = (
+    ctypes.c_uint64,
+    ctypes.c_uint64,
+    ctypes.c_double,
+    ctypes.POINTER(_UniffiRustCallStatus),
+)
+_UniffiLib.uniffi_route_uniffi_fn_method_router_prefill_complete_at.restype = None
 _UniffiLib.uniffi_route_uniffi_fn_method_router_release.argtypes = (
     ctypes.c_uint64,
     ctypes.POINTER(_UniffiRustCallStatus),
@@ -792,6 +824,18 @@ _UniffiLib.uniffi_route_uniffi_fn_method_router_route.argtypes = (
     ctypes.POINTER(_UniffiRustCallStatus),
 )
 _UniffiLib.uniffi_route_uniffi_fn_method_router_route.restype = _UniffiRustBuffer
+_UniffiLib.uniffi_route_uniffi_fn_method_router_route_at.argtypes = (
+    ctypes.c_uint64,
+    ctypes.c_uint64,
+    ctypes.c_uint64,
+    _UniffiRustBuffer,
+    _UniffiRustBuffer,
+    _UniffiRustBuffer,
+    ctypes.c_uint64,
+    ctypes.c_double,
+    ctypes.POINTER(_UniffiRustCallStatus),
+)
+_UniffiLib.uniffi_route_uniffi_fn_method_router_route_at.restype = _UniffiRustBuffer
 _UniffiLib.uniffi_route_uniffi_fn_constructor_router_new.argtypes = (
     _UniffiRustBuffer,
     ctypes.POINTER(_UniffiRustCallStatus),
@@ -4781,6 +4825,16 @@ class RouterProtocol(typing.Protocol):
         `DuplicateRequest`, `UnknownWorker`, `CapacityExceeded`; nothing changes then.
 """
         raise NotImplementedError
+    def book_at(self, id: int,worker: Worker,prefill_tokens: int,blocks: int,now_ms: float) -> None:
+        """
+        [`Router::book`] at `now_ms`: its prefill completion ([`Router::prefill_complete_at`])
+        calibrates the worker's speed.
+
+        # Errors
+
+        As [`Router::book`], and `InvalidArgument` for a bad time.
+"""
+        raise NotImplementedError
     def counters(self, ) -> RouterCounters:
         """
         The router's counters.
@@ -4808,6 +4862,16 @@ class RouterProtocol(typing.Protocol):
         `UnknownRequest`.
 """
         raise NotImplementedError
+    def prefill_complete_at(self, id: int,now_ms: float) -> None:
+        """
+        [`Router::prefill_complete`] at `now_ms`: a request booked at a time teaches its
+        worker's speed how long its first token took.
+
+        # Errors
+
+        `UnknownRequest`, and `InvalidArgument` for a bad time.
+"""
+        raise NotImplementedError
     def release(self, ) -> None:
         """
         Frees the router's memory now; later calls fail with `Closed`. Idempotent.
@@ -4832,6 +4896,20 @@ class RouterProtocol(typing.Protocol):
         # Errors
 
         As [`Selector::select`], plus `DuplicateRequest`, `UnknownWorker`, `CapacityExceeded`.
+"""
+        raise NotImplementedError
+    def route_at(self, policy: Policy,selector: Selector,request: Request,hashes: typing.List[int],candidates: typing.List[Row],id: int,now_ms: float) -> Routed:
+        """
+        [`Router::route`] at `now_ms` (milliseconds on the host's clock, the one it passes to
+        [`Router::prefill_complete_at`]): the booking is timed, so its prefill completion
+        calibrates the chosen worker's speed, which the rows carry when the policy reads it (the
+        `ttft` policy). A router with `prediction_slots` records the choice as predicted blocks
+        (approximate mode, or beside KV events the blocks routed and not yet computed, which the
+        `ttft` policy credits).
+
+        # Errors
+
+        As [`Router::route`], and `InvalidArgument` for a time that is NaN, infinite or negative.
 """
         raise NotImplementedError
 
@@ -4978,6 +5056,41 @@ class Router(RouterProtocol):
             *_uniffi_lowered_args,
         )
         return _uniffi_lift_return(_uniffi_ffi_result)
+    def book_at(self, id: int,worker: Worker,prefill_tokens: int,blocks: int,now_ms: float) -> None:
+        """
+        [`Router::book`] at `now_ms`: its prefill completion ([`Router::prefill_complete_at`])
+        calibrates the worker's speed.
+
+        # Errors
+
+        As [`Router::book`], and `InvalidArgument` for a bad time.
+"""
+        
+        _UniffiFfiConverterUInt64.check_lower(id)
+
+        _UniffiFfiConverterTypeWorker.check_lower(worker)
+
+        _UniffiFfiConverterUInt64.check_lower(prefill_tokens)
+
+        _UniffiFfiConverterUInt64.check_lower(blocks)
+
+        _UniffiFfiConverterFloat64.check_lower(now_ms)
+        _uniffi_lowered_args = (
+            self._uniffi_clone_handle(),
+            _UniffiFfiConverterUInt64.lower(id),
+            _UniffiFfiConverterTypeWorker.lower(worker),
+            _UniffiFfiConverterUInt64.lower(prefill_tokens),
+            _UniffiFfiConverterUInt64.lower(blocks),
+            _UniffiFfiConverterFloat64.lower(now_ms),
+        )
+        _uniffi_lift_return = lambda val: None
+        _uniffi_error_converter = _UniffiFfiConverterTypeRouteError
+        _uniffi_ffi_result = _uniffi_rust_call_with_error(
+            _uniffi_error_converter,
+            _UniffiLib.uniffi_route_uniffi_fn_method_router_book_at,
+            *_uniffi_lowered_args,
+        )
+        return _uniffi_lift_return(_uniffi_ffi_result)
     def counters(self, ) -> RouterCounters:
         """
         The router's counters.
@@ -5038,6 +5151,32 @@ class Router(RouterProtocol):
         _uniffi_ffi_result = _uniffi_rust_call_with_error(
             _uniffi_error_converter,
             _UniffiLib.uniffi_route_uniffi_fn_method_router_prefill_complete,
+            *_uniffi_lowered_args,
+        )
+        return _uniffi_lift_return(_uniffi_ffi_result)
+    def prefill_complete_at(self, id: int,now_ms: float) -> None:
+        """
+        [`Router::prefill_complete`] at `now_ms`: a request booked at a time teaches its
+        worker's speed how long its first token took.
+
+        # Errors
+
+        `UnknownRequest`, and `InvalidArgument` for a bad time.
+"""
+        
+        _UniffiFfiConverterUInt64.check_lower(id)
+
+        _UniffiFfiConverterFloat64.check_lower(now_ms)
+        _uniffi_lowered_args = (
+            self._uniffi_clone_handle(),
+            _UniffiFfiConverterUInt64.lower(id),
+            _UniffiFfiConverterFloat64.lower(now_ms),
+        )
+        _uniffi_lift_return = lambda val: None
+        _uniffi_error_converter = _UniffiFfiConverterTypeRouteError
+        _uniffi_ffi_result = _uniffi_rust_call_with_error(
+            _uniffi_error_converter,
+            _UniffiLib.uniffi_route_uniffi_fn_method_router_prefill_complete_at,
             *_uniffi_lowered_args,
         )
         return _uniffi_lift_return(_uniffi_ffi_result)
@@ -5118,6 +5257,51 @@ class Router(RouterProtocol):
         _uniffi_ffi_result = _uniffi_rust_call_with_error(
             _uniffi_error_converter,
             _UniffiLib.uniffi_route_uniffi_fn_method_router_route,
+            *_uniffi_lowered_args,
+        )
+        return _uniffi_lift_return(_uniffi_ffi_result)
+    def route_at(self, policy: Policy,selector: Selector,request: Request,hashes: typing.List[int],candidates: typing.List[Row],id: int,now_ms: float) -> Routed:
+        """
+        [`Router::route`] at `now_ms` (milliseconds on the host's clock, the one it passes to
+        [`Router::prefill_complete_at`]): the booking is timed, so its prefill completion
+        calibrates the chosen worker's speed, which the rows carry when the policy reads it (the
+        `ttft` policy). A router with `prediction_slots` records the choice as predicted blocks
+        (approximate mode, or beside KV events the blocks routed and not yet computed, which the
+        `ttft` policy credits).
+
+        # Errors
+
+        As [`Router::route`], and `InvalidArgument` for a time that is NaN, infinite or negative.
+"""
+        
+        _UniffiFfiConverterTypePolicy.check_lower(policy)
+
+        _UniffiFfiConverterTypeSelector.check_lower(selector)
+
+        _UniffiFfiConverterTypeRequest.check_lower(request)
+
+        _UniffiFfiConverterSequenceUInt64.check_lower(hashes)
+
+        _UniffiFfiConverterSequenceTypeRow.check_lower(candidates)
+
+        _UniffiFfiConverterUInt64.check_lower(id)
+
+        _UniffiFfiConverterFloat64.check_lower(now_ms)
+        _uniffi_lowered_args = (
+            self._uniffi_clone_handle(),
+            _UniffiFfiConverterTypePolicy.lower(policy),
+            _UniffiFfiConverterTypeSelector.lower(selector),
+            _UniffiFfiConverterTypeRequest.lower(request),
+            _UniffiFfiConverterSequenceUInt64.lower(hashes),
+            _UniffiFfiConverterSequenceTypeRow.lower(candidates),
+            _UniffiFfiConverterUInt64.lower(id),
+            _UniffiFfiConverterFloat64.lower(now_ms),
+        )
+        _uniffi_lift_return = _UniffiFfiConverterTypeRouted.lift
+        _uniffi_error_converter = _UniffiFfiConverterTypeRouteError
+        _uniffi_ffi_result = _uniffi_rust_call_with_error(
+            _uniffi_error_converter,
+            _UniffiLib.uniffi_route_uniffi_fn_method_router_route_at,
             *_uniffi_lowered_args,
         )
         return _uniffi_lift_return(_uniffi_ffi_result)

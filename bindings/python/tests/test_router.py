@@ -83,3 +83,26 @@ def test_one_policy_many_threads():
     for t in threads:
         t.join()
     assert not errors
+
+
+def test_timed_routing_calibrates_the_ttft_policy():
+    router = libroute.Router(config())
+    router.add_worker(A)
+    router.add_worker(B)
+    # Worker B takes three times as long as worker A for the same prompt.
+    for i in range(40):
+        worker, slow = (A, 1.0) if i % 2 == 0 else (B, 3.0)
+        tokens, now = 200 + 50 * i, 1000.0 * i
+        router.book_at(i, worker, tokens, 2, now)
+        router.prefill_complete_at(i, now + slow * (10 + 0.05 * tokens))
+        router.free_request(i)
+    policy, selector = libroute.Policy('{"type": "ttft"}'), libroute.Selector(16, 1)
+    req = libroute.Request(prompt_tokens=1000, block_size=16, role=libroute.Role.AGGREGATED)
+    routed = router.route_at(policy, selector, req, [5, 6], candidates(), 100, 50_000.0)
+    assert routed.selection.worker == A
+    fast, slow = routed.rows[0].speed, routed.rows[1].speed
+    assert slow.ms_per_prefill_token > 2 * fast.ms_per_prefill_token
+    with pytest.raises(libroute.RouteError.InvalidArgument):
+        router.prefill_complete_at(100, -1.0)
+    with pytest.raises(libroute.RouteError.InvalidArgument):
+        router.route_at(policy, selector, req, [], candidates(), 101, float("nan"))

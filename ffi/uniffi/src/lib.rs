@@ -1189,7 +1189,76 @@ impl std::fmt::Debug for Router {
     }
 }
 
+/// When a route is made: prediction units (an untimed booking) or milliseconds (timed).
+#[derive(Clone, Copy)]
+enum Now {
+    Units(u64),
+    Ms(f64),
+}
+
 impl Router {
+    /// The body of [`Router::route`] and [`Router::route_at`].
+    #[allow(clippy::too_many_arguments, reason = "the route's inputs, forwarded")]
+    fn route_call(
+        &self,
+        policy: &Policy,
+        selector: &Selector,
+        request: &Request,
+        hashes: &[u64],
+        candidates: &[Row],
+        id: u64,
+        now: Now,
+    ) -> Result<Routed, RouteError> {
+        let mut filled = Vec::new();
+        let fill = |buffer: &mut Vec<libroute_row>| {
+            buffer.extend(candidates.iter().map(libroute_row::from));
+            Ok(())
+        };
+        let out = selector.run_selection(policy, request, fill, |c| {
+            self.with(|r| {
+                // SAFETY: `run_selection`'s pointers are valid for the call (see
+                // `SelectionCall`), the router exclusive under its mutex; `hashes` and the rows
+                // are valid for their lengths.
+                unsafe {
+                    match now {
+                        Now::Units(now) => route::libroute_router_route(
+                            r,
+                            c.policy,
+                            c.selector,
+                            c.request,
+                            hashes.as_ptr(),
+                            hashes.len(),
+                            c.rows.as_mut_ptr(),
+                            c.rows.len(),
+                            id,
+                            now,
+                            c.out,
+                        ),
+                        Now::Ms(now_ms) => route::libroute_router_route_at(
+                            r,
+                            c.policy,
+                            c.selector,
+                            c.request,
+                            hashes.as_ptr(),
+                            hashes.len(),
+                            c.rows.as_mut_ptr(),
+                            c.rows.len(),
+                            id,
+                            now_ms,
+                            c.out,
+                        ),
+                    }
+                }
+            })?;
+            filled.extend(c.rows.iter().map(Row::from));
+            Ok(())
+        })?;
+        Ok(Routed {
+            selection: Selection::from_c(&out, Vec::new()),
+            rows: filled,
+        })
+    }
+
     /// Runs the C call `f` on the live handle, holding the lock.
     fn with(
         &self,
@@ -1415,39 +1484,83 @@ impl Router {
         id: u64,
         now: u64,
     ) -> Result<Routed, RouteError> {
-        let mut filled = Vec::new();
-        let fill = |buffer: &mut Vec<libroute_row>| {
-            buffer.extend(candidates.iter().map(libroute_row::from));
-            Ok(())
-        };
-        let out = selector.run_selection(&policy, &request, fill, |c| {
-            self.with(|r| {
-                // SAFETY: `run_selection`'s pointers are valid for the call (see
-                // `SelectionCall`), the router exclusive under its mutex; `hashes` and the rows
-                // are valid for their lengths.
-                unsafe {
-                    route::libroute_router_route(
-                        r,
-                        c.policy,
-                        c.selector,
-                        c.request,
-                        hashes.as_ptr(),
-                        hashes.len(),
-                        c.rows.as_mut_ptr(),
-                        c.rows.len(),
-                        id,
-                        now,
-                        c.out,
-                    )
-                }
-            })?;
-            filled.extend(c.rows.iter().map(Row::from));
-            Ok(())
-        })?;
-        Ok(Routed {
-            selection: Selection::from_c(&out, Vec::new()),
-            rows: filled,
+        self.route_call(
+            &policy,
+            &selector,
+            &request,
+            &hashes,
+            &candidates,
+            id,
+            Now::Units(now),
+        )
+    }
+
+    /// [`Router::route`] at `now_ms` (milliseconds on the host's clock, the one it passes to
+    /// [`Router::prefill_complete_at`]): the booking is timed, so its prefill completion
+    /// calibrates the chosen worker's speed, which the rows carry when the policy reads it (the
+    /// `ttft` policy). A router with `prediction_slots` records the choice as predicted blocks
+    /// (approximate mode, or beside KV events the blocks routed and not yet computed, which the
+    /// `ttft` policy credits).
+    ///
+    /// # Errors
+    ///
+    /// As [`Router::route`], and `InvalidArgument` for a time that is NaN, infinite or negative.
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "mirrors libroute_router_route_at; each argument is one input of the decision"
+    )]
+    pub fn route_at(
+        &self,
+        policy: Arc<Policy>,
+        selector: Arc<Selector>,
+        request: Request,
+        hashes: Vec<u64>,
+        candidates: Vec<Row>,
+        id: u64,
+        now_ms: f64,
+    ) -> Result<Routed, RouteError> {
+        self.route_call(
+            &policy,
+            &selector,
+            &request,
+            &hashes,
+            &candidates,
+            id,
+            Now::Ms(now_ms),
+        )
+    }
+
+    /// [`Router::book`] at `now_ms`: its prefill completion ([`Router::prefill_complete_at`])
+    /// calibrates the worker's speed.
+    ///
+    /// # Errors
+    ///
+    /// As [`Router::book`], and `InvalidArgument` for a bad time.
+    pub fn book_at(
+        &self,
+        id: u64,
+        worker: Worker,
+        prefill_tokens: u64,
+        blocks: u64,
+        now_ms: f64,
+    ) -> Result<(), RouteError> {
+        self.with(|r| {
+            // SAFETY: the handle is live and the lock makes the call exclusive.
+            unsafe {
+                route::libroute_router_book_at(r, id, worker.into(), prefill_tokens, blocks, now_ms)
+            }
         })
+    }
+
+    /// [`Router::prefill_complete`] at `now_ms`: a request booked at a time teaches its
+    /// worker's speed how long its first token took.
+    ///
+    /// # Errors
+    ///
+    /// `UnknownRequest`, and `InvalidArgument` for a bad time.
+    pub fn prefill_complete_at(&self, id: u64, now_ms: f64) -> Result<(), RouteError> {
+        // SAFETY: the handle is live and the lock makes the call exclusive.
+        self.with(|r| unsafe { route::libroute_router_prefill_complete_at(r, id, now_ms) })
     }
 
     /// The router's counters.

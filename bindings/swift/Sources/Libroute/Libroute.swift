@@ -1003,6 +1003,16 @@ public protocol RouterProtocol: AnyObject, Sendable {
     func book(id: UInt64, worker: Worker, prefillTokens: UInt64, blocks: UInt64) throws 
     
     /**
+     * [`Router::book`] at `now_ms`: its prefill completion ([`Router::prefill_complete_at`])
+     * calibrates the worker's speed.
+     *
+     * # Errors
+     *
+     * As [`Router::book`], and `InvalidArgument` for a bad time.
+     */
+    func bookAt(id: UInt64, worker: Worker, prefillTokens: UInt64, blocks: UInt64, nowMs: Double) throws 
+    
+    /**
      * The router's counters.
      *
      * # Errors
@@ -1030,6 +1040,16 @@ public protocol RouterProtocol: AnyObject, Sendable {
     func prefillComplete(id: UInt64) throws 
     
     /**
+     * [`Router::prefill_complete`] at `now_ms`: a request booked at a time teaches its
+     * worker's speed how long its first token took.
+     *
+     * # Errors
+     *
+     * `UnknownRequest`, and `InvalidArgument` for a bad time.
+     */
+    func prefillCompleteAt(id: UInt64, nowMs: Double) throws 
+    
+    /**
      * Frees the router's memory now; later calls fail with `Closed`. Idempotent.
      */
     func release() 
@@ -1054,6 +1074,20 @@ public protocol RouterProtocol: AnyObject, Sendable {
      * As [`Selector::select`], plus `DuplicateRequest`, `UnknownWorker`, `CapacityExceeded`.
      */
     func route(policy: Policy, selector: Selector, request: Request, hashes: [UInt64], candidates: [Row], id: UInt64, now: UInt64) throws  -> Routed
+    
+    /**
+     * [`Router::route`] at `now_ms` (milliseconds on the host's clock, the one it passes to
+     * [`Router::prefill_complete_at`]): the booking is timed, so its prefill completion
+     * calibrates the chosen worker's speed, which the rows carry when the policy reads it (the
+     * `ttft` policy). A router with `prediction_slots` records the choice as predicted blocks
+     * (approximate mode, or beside KV events the blocks routed and not yet computed, which the
+     * `ttft` policy credits).
+     *
+     * # Errors
+     *
+     * As [`Router::route`], and `InvalidArgument` for a time that is NaN, infinite or negative.
+     */
+    func routeAt(policy: Policy, selector: Selector, request: Request, hashes: [UInt64], candidates: [Row], id: UInt64, nowMs: Double) throws  -> Routed
     
 }
 /**
@@ -1197,6 +1231,27 @@ open func book(id: UInt64, worker: Worker, prefillTokens: UInt64, blocks: UInt64
 }
     
     /**
+     * [`Router::book`] at `now_ms`: its prefill completion ([`Router::prefill_complete_at`])
+     * calibrates the worker's speed.
+     *
+     * # Errors
+     *
+     * As [`Router::book`], and `InvalidArgument` for a bad time.
+     */
+open func bookAt(id: UInt64, worker: Worker, prefillTokens: UInt64, blocks: UInt64, nowMs: Double)throws   {try rustCallWithError(FfiConverterTypeRouteError_lift) {
+        uniffiCallStatus in
+    uniffi_route_uniffi_fn_method_router_book_at(
+            self.uniffiCloneHandle(),
+        FfiConverterUInt64.lower(id),
+        FfiConverterTypeWorker_lower(worker),
+        FfiConverterUInt64.lower(prefillTokens),
+        FfiConverterUInt64.lower(blocks),
+        FfiConverterDouble.lower(nowMs),uniffiCallStatus
+    )
+}
+}
+    
+    /**
      * The router's counters.
      *
      * # Errors
@@ -1240,6 +1295,24 @@ open func prefillComplete(id: UInt64)throws   {try rustCallWithError(FfiConverte
     uniffi_route_uniffi_fn_method_router_prefill_complete(
             self.uniffiCloneHandle(),
         FfiConverterUInt64.lower(id),uniffiCallStatus
+    )
+}
+}
+    
+    /**
+     * [`Router::prefill_complete`] at `now_ms`: a request booked at a time teaches its
+     * worker's speed how long its first token took.
+     *
+     * # Errors
+     *
+     * `UnknownRequest`, and `InvalidArgument` for a bad time.
+     */
+open func prefillCompleteAt(id: UInt64, nowMs: Double)throws   {try rustCallWithError(FfiConverterTypeRouteError_lift) {
+        uniffiCallStatus in
+    uniffi_route_uniffi_fn_method_router_prefill_complete_at(
+            self.uniffiCloneHandle(),
+        FfiConverterUInt64.lower(id),
+        FfiConverterDouble.lower(nowMs),uniffiCallStatus
     )
 }
 }
@@ -1293,6 +1366,34 @@ open func route(policy: Policy, selector: Selector, request: Request, hashes: [U
         FfiConverterSequenceTypeRow.lower(candidates),
         FfiConverterUInt64.lower(id),
         FfiConverterUInt64.lower(now),uniffiCallStatus
+    )
+})
+}
+    
+    /**
+     * [`Router::route`] at `now_ms` (milliseconds on the host's clock, the one it passes to
+     * [`Router::prefill_complete_at`]): the booking is timed, so its prefill completion
+     * calibrates the chosen worker's speed, which the rows carry when the policy reads it (the
+     * `ttft` policy). A router with `prediction_slots` records the choice as predicted blocks
+     * (approximate mode, or beside KV events the blocks routed and not yet computed, which the
+     * `ttft` policy credits).
+     *
+     * # Errors
+     *
+     * As [`Router::route`], and `InvalidArgument` for a time that is NaN, infinite or negative.
+     */
+open func routeAt(policy: Policy, selector: Selector, request: Request, hashes: [UInt64], candidates: [Row], id: UInt64, nowMs: Double)throws  -> Routed  {
+    return try  FfiConverterTypeRouted_lift(try rustCallWithError(FfiConverterTypeRouteError_lift) {
+        uniffiCallStatus in
+    uniffi_route_uniffi_fn_method_router_route_at(
+            self.uniffiCloneHandle(),
+        FfiConverterTypePolicy_lower(policy),
+        FfiConverterTypeSelector_lower(selector),
+        FfiConverterTypeRequest_lower(request),
+        FfiConverterSequenceUInt64.lower(hashes),
+        FfiConverterSequenceTypeRow.lower(candidates),
+        FfiConverterUInt64.lower(id),
+        FfiConverterDouble.lower(nowMs),uniffiCallStatus
     )
 })
 }
@@ -4867,6 +4968,9 @@ private let initializationResult: InitializationResult = {
     if (uniffi_route_uniffi_checksum_method_router_book() != 9306) {
         return InitializationResult.apiChecksumMismatch
     }
+    if (uniffi_route_uniffi_checksum_method_router_book_at() != 5699) {
+        return InitializationResult.apiChecksumMismatch
+    }
     if (uniffi_route_uniffi_checksum_method_router_counters() != 20495) {
         return InitializationResult.apiChecksumMismatch
     }
@@ -4876,6 +4980,9 @@ private let initializationResult: InitializationResult = {
     if (uniffi_route_uniffi_checksum_method_router_prefill_complete() != 37421) {
         return InitializationResult.apiChecksumMismatch
     }
+    if (uniffi_route_uniffi_checksum_method_router_prefill_complete_at() != 21661) {
+        return InitializationResult.apiChecksumMismatch
+    }
     if (uniffi_route_uniffi_checksum_method_router_release() != 9773) {
         return InitializationResult.apiChecksumMismatch
     }
@@ -4883,6 +4990,9 @@ private let initializationResult: InitializationResult = {
         return InitializationResult.apiChecksumMismatch
     }
     if (uniffi_route_uniffi_checksum_method_router_route() != 52793) {
+        return InitializationResult.apiChecksumMismatch
+    }
+    if (uniffi_route_uniffi_checksum_method_router_route_at() != 40489) {
         return InitializationResult.apiChecksumMismatch
     }
     if (uniffi_route_uniffi_checksum_method_selector_last_costs() != 56081) {

@@ -328,6 +328,11 @@ void uniffi_route_uniffi_fn_method_router_apply_ledger_events(uint64_t ptr, Rust
 void uniffi_route_uniffi_fn_method_router_book(uint64_t ptr, uint64_t id, RustBuffer worker, uint64_t prefill_tokens, uint64_t blocks, RustCallStatus *_Nonnull out_status
 );
 #endif
+#ifndef UNIFFI_FFIDEF_UNIFFI_ROUTE_UNIFFI_FN_METHOD_ROUTER_BOOK_AT
+#define UNIFFI_FFIDEF_UNIFFI_ROUTE_UNIFFI_FN_METHOD_ROUTER_BOOK_AT
+void uniffi_route_uniffi_fn_method_router_book_at(uint64_t ptr, uint64_t id, RustBuffer worker, uint64_t prefill_tokens, uint64_t blocks, double now_ms, RustCallStatus *_Nonnull out_status
+);
+#endif
 #ifndef UNIFFI_FFIDEF_UNIFFI_ROUTE_UNIFFI_FN_METHOD_ROUTER_COUNTERS
 #define UNIFFI_FFIDEF_UNIFFI_ROUTE_UNIFFI_FN_METHOD_ROUTER_COUNTERS
 RustBuffer uniffi_route_uniffi_fn_method_router_counters(uint64_t ptr, RustCallStatus *_Nonnull out_status
@@ -343,6 +348,11 @@ void uniffi_route_uniffi_fn_method_router_free_request(uint64_t ptr, uint64_t id
 void uniffi_route_uniffi_fn_method_router_prefill_complete(uint64_t ptr, uint64_t id, RustCallStatus *_Nonnull out_status
 );
 #endif
+#ifndef UNIFFI_FFIDEF_UNIFFI_ROUTE_UNIFFI_FN_METHOD_ROUTER_PREFILL_COMPLETE_AT
+#define UNIFFI_FFIDEF_UNIFFI_ROUTE_UNIFFI_FN_METHOD_ROUTER_PREFILL_COMPLETE_AT
+void uniffi_route_uniffi_fn_method_router_prefill_complete_at(uint64_t ptr, uint64_t id, double now_ms, RustCallStatus *_Nonnull out_status
+);
+#endif
 #ifndef UNIFFI_FFIDEF_UNIFFI_ROUTE_UNIFFI_FN_METHOD_ROUTER_RELEASE
 #define UNIFFI_FFIDEF_UNIFFI_ROUTE_UNIFFI_FN_METHOD_ROUTER_RELEASE
 void uniffi_route_uniffi_fn_method_router_release(uint64_t ptr, RustCallStatus *_Nonnull out_status
@@ -356,6 +366,11 @@ void uniffi_route_uniffi_fn_method_router_remove_worker(uint64_t ptr, RustBuffer
 #ifndef UNIFFI_FFIDEF_UNIFFI_ROUTE_UNIFFI_FN_METHOD_ROUTER_ROUTE
 #define UNIFFI_FFIDEF_UNIFFI_ROUTE_UNIFFI_FN_METHOD_ROUTER_ROUTE
 RustBuffer uniffi_route_uniffi_fn_method_router_route(uint64_t ptr, uint64_t policy, uint64_t selector, RustBuffer request, RustBuffer hashes, RustBuffer candidates, uint64_t id, uint64_t now, RustCallStatus *_Nonnull out_status
+);
+#endif
+#ifndef UNIFFI_FFIDEF_UNIFFI_ROUTE_UNIFFI_FN_METHOD_ROUTER_ROUTE_AT
+#define UNIFFI_FFIDEF_UNIFFI_ROUTE_UNIFFI_FN_METHOD_ROUTER_ROUTE_AT
+RustBuffer uniffi_route_uniffi_fn_method_router_route_at(uint64_t ptr, uint64_t policy, uint64_t selector, RustBuffer request, RustBuffer hashes, RustBuffer candidates, uint64_t id, double now_ms, RustCallStatus *_Nonnull out_status
 );
 #endif
 #ifndef UNIFFI_FFIDEF_UNIFFI_ROUTE_UNIFFI_FN_CLONE_SELECTOR
@@ -735,6 +750,12 @@ uint16_t uniffi_route_uniffi_checksum_method_router_book(void
     
 );
 #endif
+#ifndef UNIFFI_FFIDEF_UNIFFI_ROUTE_UNIFFI_CHECKSUM_METHOD_ROUTER_BOOK_AT
+#define UNIFFI_FFIDEF_UNIFFI_ROUTE_UNIFFI_CHECKSUM_METHOD_ROUTER_BOOK_AT
+uint16_t uniffi_route_uniffi_checksum_method_router_book_at(void
+    
+);
+#endif
 #ifndef UNIFFI_FFIDEF_UNIFFI_ROUTE_UNIFFI_CHECKSUM_METHOD_ROUTER_COUNTERS
 #define UNIFFI_FFIDEF_UNIFFI_ROUTE_UNIFFI_CHECKSUM_METHOD_ROUTER_COUNTERS
 uint16_t uniffi_route_uniffi_checksum_method_router_counters(void
@@ -753,6 +774,12 @@ uint16_t uniffi_route_uniffi_checksum_method_router_prefill_complete(void
     
 );
 #endif
+#ifndef UNIFFI_FFIDEF_UNIFFI_ROUTE_UNIFFI_CHECKSUM_METHOD_ROUTER_PREFILL_COMPLETE_AT
+#define UNIFFI_FFIDEF_UNIFFI_ROUTE_UNIFFI_CHECKSUM_METHOD_ROUTER_PREFILL_COMPLETE_AT
+uint16_t uniffi_route_uniffi_checksum_method_router_prefill_complete_at(void
+    
+);
+#endif
 #ifndef UNIFFI_FFIDEF_UNIFFI_ROUTE_UNIFFI_CHECKSUM_METHOD_ROUTER_RELEASE
 #define UNIFFI_FFIDEF_UNIFFI_ROUTE_UNIFFI_CHECKSUM_METHOD_ROUTER_RELEASE
 uint16_t uniffi_route_uniffi_checksum_method_router_release(void
@@ -768,6 +795,12 @@ uint16_t uniffi_route_uniffi_checksum_method_router_remove_worker(void
 #ifndef UNIFFI_FFIDEF_UNIFFI_ROUTE_UNIFFI_CHECKSUM_METHOD_ROUTER_ROUTE
 #define UNIFFI_FFIDEF_UNIFFI_ROUTE_UNIFFI_CHECKSUM_METHOD_ROUTER_ROUTE
 uint16_t uniffi_route_uniffi_checksum_method_router_route(void
+    
+);
+#endif
+#ifndef UNIFFI_FFIDEF_UNIFFI_ROUTE_UNIFFI_CHECKSUM_METHOD_ROUTER_ROUTE_AT
+#define UNIFFI_FFIDEF_UNIFFI_ROUTE_UNIFFI_CHECKSUM_METHOD_ROUTER_ROUTE_AT
+uint16_t uniffi_route_uniffi_checksum_method_router_route_at(void
     
 );
 #endif

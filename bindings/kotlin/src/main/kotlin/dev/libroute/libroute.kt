@@ -695,17 +695,23 @@ internal object IntegrityCheckingUniffiLib {
     ): Int
     external fun uniffi_route_uniffi_checksum_method_router_book(
     ): Int
+    external fun uniffi_route_uniffi_checksum_method_router_book_at(
+    ): Int
     external fun uniffi_route_uniffi_checksum_method_router_counters(
     ): Int
     external fun uniffi_route_uniffi_checksum_method_router_free_request(
     ): Int
     external fun uniffi_route_uniffi_checksum_method_router_prefill_complete(
     ): Int
+    external fun uniffi_route_uniffi_checksum_method_router_prefill_complete_at(
+    ): Int
     external fun uniffi_route_uniffi_checksum_method_router_release(
     ): Int
     external fun uniffi_route_uniffi_checksum_method_router_remove_worker(
     ): Int
     external fun uniffi_route_uniffi_checksum_method_router_route(
+    ): Int
+    external fun uniffi_route_uniffi_checksum_method_router_route_at(
     ): Int
     external fun uniffi_route_uniffi_checksum_method_selector_last_costs(
     ): Int
@@ -781,17 +787,23 @@ internal object UniffiLib {
     ): Unit
     external fun uniffi_route_uniffi_fn_method_router_book(`ptr`: Long,`id`: Long,`worker`: RustBuffer.ByValue,`prefillTokens`: Long,`blocks`: Long,uniffi_out_err: UniffiRustCallStatus, 
     ): Unit
+    external fun uniffi_route_uniffi_fn_method_router_book_at(`ptr`: Long,`id`: Long,`worker`: RustBuffer.ByValue,`prefillTokens`: Long,`blocks`: Long,`nowMs`: Double,uniffi_out_err: UniffiRustCallStatus, 
+    ): Unit
     external fun uniffi_route_uniffi_fn_method_router_counters(`ptr`: Long,uniffi_out_err: UniffiRustCallStatus, 
     ): RustBuffer.ByValue
     external fun uniffi_route_uniffi_fn_method_router_free_request(`ptr`: Long,`id`: Long,uniffi_out_err: UniffiRustCallStatus, 
     ): Unit
     external fun uniffi_route_uniffi_fn_method_router_prefill_complete(`ptr`: Long,`id`: Long,uniffi_out_err: UniffiRustCallStatus, 
     ): Unit
+    external fun uniffi_route_uniffi_fn_method_router_prefill_complete_at(`ptr`: Long,`id`: Long,`nowMs`: Double,uniffi_out_err: UniffiRustCallStatus, 
+    ): Unit
     external fun uniffi_route_uniffi_fn_method_router_release(`ptr`: Long,uniffi_out_err: UniffiRustCallStatus, 
     ): Unit
     external fun uniffi_route_uniffi_fn_method_router_remove_worker(`ptr`: Long,`worker`: RustBuffer.ByValue,uniffi_out_err: UniffiRustCallStatus, 
     ): Unit
     external fun uniffi_route_uniffi_fn_method_router_route(`ptr`: Long,`policy`: Long,`selector`: Long,`request`: RustBuffer.ByValue,`hashes`: RustBuffer.ByValue,`candidates`: RustBuffer.ByValue,`id`: Long,`now`: Long,uniffi_out_err: UniffiRustCallStatus, 
+    ): RustBuffer.ByValue
+    external fun uniffi_route_uniffi_fn_method_router_route_at(`ptr`: Long,`policy`: Long,`selector`: Long,`request`: RustBuffer.ByValue,`hashes`: RustBuffer.ByValue,`candidates`: RustBuffer.ByValue,`id`: Long,`nowMs`: Double,uniffi_out_err: UniffiRustCallStatus, 
     ): RustBuffer.ByValue
     external fun uniffi_route_uniffi_fn_clone_selector(`handle`: Long,uniffi_out_err: UniffiRustCallStatus, 
     ): Long
@@ -964,6 +976,9 @@ private fun uniffiCheckApiChecksums(lib: IntegrityCheckingUniffiLib) {
     if ((lib.uniffi_route_uniffi_checksum_method_router_book() and 0xFFFF) != 9306) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
+    if ((lib.uniffi_route_uniffi_checksum_method_router_book_at() and 0xFFFF) != 5699) {
+        throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
+    }
     if ((lib.uniffi_route_uniffi_checksum_method_router_counters() and 0xFFFF) != 20495) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
@@ -973,6 +988,9 @@ private fun uniffiCheckApiChecksums(lib: IntegrityCheckingUniffiLib) {
     if ((lib.uniffi_route_uniffi_checksum_method_router_prefill_complete() and 0xFFFF) != 37421) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
+    if ((lib.uniffi_route_uniffi_checksum_method_router_prefill_complete_at() and 0xFFFF) != 21661) {
+        throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
+    }
     if ((lib.uniffi_route_uniffi_checksum_method_router_release() and 0xFFFF) != 9773) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
@@ -980,6 +998,9 @@ private fun uniffiCheckApiChecksums(lib: IntegrityCheckingUniffiLib) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
     if ((lib.uniffi_route_uniffi_checksum_method_router_route() and 0xFFFF) != 52793) {
+        throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
+    }
+    if ((lib.uniffi_route_uniffi_checksum_method_router_route_at() and 0xFFFF) != 40489) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
     if ((lib.uniffi_route_uniffi_checksum_method_selector_last_costs() and 0xFFFF) != 56081) {
@@ -2138,6 +2159,16 @@ public interface RouterInterface {
     fun `book`(`id`: kotlin.ULong, `worker`: Worker, `prefillTokens`: kotlin.ULong, `blocks`: kotlin.ULong)
     
     /**
+     * [`Router::book`] at `now_ms`: its prefill completion ([`Router::prefill_complete_at`])
+     * calibrates the worker's speed.
+     *
+     * # Errors
+     *
+     * As [`Router::book`], and `InvalidArgument` for a bad time.
+     */
+    fun `bookAt`(`id`: kotlin.ULong, `worker`: Worker, `prefillTokens`: kotlin.ULong, `blocks`: kotlin.ULong, `nowMs`: kotlin.Double)
+    
+    /**
      * The router's counters.
      *
      * # Errors
@@ -2165,6 +2196,16 @@ public interface RouterInterface {
     fun `prefillComplete`(`id`: kotlin.ULong)
     
     /**
+     * [`Router::prefill_complete`] at `now_ms`: a request booked at a time teaches its
+     * worker's speed how long its first token took.
+     *
+     * # Errors
+     *
+     * `UnknownRequest`, and `InvalidArgument` for a bad time.
+     */
+    fun `prefillCompleteAt`(`id`: kotlin.ULong, `nowMs`: kotlin.Double)
+    
+    /**
      * Frees the router's memory now; later calls fail with `Closed`. Idempotent.
      */
     fun `release`()
@@ -2189,6 +2230,20 @@ public interface RouterInterface {
      * As [`Selector::select`], plus `DuplicateRequest`, `UnknownWorker`, `CapacityExceeded`.
      */
     fun `route`(`policy`: Policy, `selector`: Selector, `request`: Request, `hashes`: List<kotlin.ULong>, `candidates`: List<Row>, `id`: kotlin.ULong, `now`: kotlin.ULong): Routed
+    
+    /**
+     * [`Router::route`] at `now_ms` (milliseconds on the host's clock, the one it passes to
+     * [`Router::prefill_complete_at`]): the booking is timed, so its prefill completion
+     * calibrates the chosen worker's speed, which the rows carry when the policy reads it (the
+     * `ttft` policy). A router with `prediction_slots` records the choice as predicted blocks
+     * (approximate mode, or beside KV events the blocks routed and not yet computed, which the
+     * `ttft` policy credits).
+     *
+     * # Errors
+     *
+     * As [`Router::route`], and `InvalidArgument` for a time that is NaN, infinite or negative.
+     */
+    fun `routeAt`(`policy`: Policy, `selector`: Selector, `request`: Request, `hashes`: List<kotlin.ULong>, `candidates`: List<Row>, `id`: kotlin.ULong, `nowMs`: kotlin.Double): Routed
     
     companion object
 }
@@ -2419,6 +2474,32 @@ open class Router: Disposable, AutoCloseable, RouterInterface
 
     
     /**
+     * [`Router::book`] at `now_ms`: its prefill completion ([`Router::prefill_complete_at`])
+     * calibrates the worker's speed.
+     *
+     * # Errors
+     *
+     * As [`Router::book`], and `InvalidArgument` for a bad time.
+     */
+    @Throws(RouteException::class)override fun `bookAt`(`id`: kotlin.ULong, `worker`: Worker, `prefillTokens`: kotlin.ULong, `blocks`: kotlin.ULong, `nowMs`: kotlin.Double)
+        = 
+    callWithHandle {
+    uniffiRustCallWithError(RouteException) { _status ->
+    UniffiLib.uniffi_route_uniffi_fn_method_router_book_at(
+        it,
+        
+        FfiConverterULong.lower(`id`),
+        FfiConverterTypeWorker.lower(`worker`),
+        FfiConverterULong.lower(`prefillTokens`),
+        FfiConverterULong.lower(`blocks`),
+        FfiConverterDouble.lower(`nowMs`),_status)
+}
+    }
+    
+    
+
+    
+    /**
      * The router's counters.
      *
      * # Errors
@@ -2475,6 +2556,29 @@ open class Router: Disposable, AutoCloseable, RouterInterface
         it,
         
         FfiConverterULong.lower(`id`),_status)
+}
+    }
+    
+    
+
+    
+    /**
+     * [`Router::prefill_complete`] at `now_ms`: a request booked at a time teaches its
+     * worker's speed how long its first token took.
+     *
+     * # Errors
+     *
+     * `UnknownRequest`, and `InvalidArgument` for a bad time.
+     */
+    @Throws(RouteException::class)override fun `prefillCompleteAt`(`id`: kotlin.ULong, `nowMs`: kotlin.Double)
+        = 
+    callWithHandle {
+    uniffiRustCallWithError(RouteException) { _status ->
+    UniffiLib.uniffi_route_uniffi_fn_method_router_prefill_complete_at(
+        it,
+        
+        FfiConverterULong.lower(`id`),
+        FfiConverterDouble.lower(`nowMs`),_status)
 }
     }
     
@@ -2541,6 +2645,39 @@ open class Router: Disposable, AutoCloseable, RouterInterface
         FfiConverterSequenceTypeRow.lower(`candidates`),
         FfiConverterULong.lower(`id`),
         FfiConverterULong.lower(`now`),_status)
+}
+    }
+    )
+    }
+    
+
+    
+    /**
+     * [`Router::route`] at `now_ms` (milliseconds on the host's clock, the one it passes to
+     * [`Router::prefill_complete_at`]): the booking is timed, so its prefill completion
+     * calibrates the chosen worker's speed, which the rows carry when the policy reads it (the
+     * `ttft` policy). A router with `prediction_slots` records the choice as predicted blocks
+     * (approximate mode, or beside KV events the blocks routed and not yet computed, which the
+     * `ttft` policy credits).
+     *
+     * # Errors
+     *
+     * As [`Router::route`], and `InvalidArgument` for a time that is NaN, infinite or negative.
+     */
+    @Throws(RouteException::class)override fun `routeAt`(`policy`: Policy, `selector`: Selector, `request`: Request, `hashes`: List<kotlin.ULong>, `candidates`: List<Row>, `id`: kotlin.ULong, `nowMs`: kotlin.Double): Routed {
+            return FfiConverterTypeRouted.lift(
+    callWithHandle {
+    uniffiRustCallWithError(RouteException) { _status ->
+    UniffiLib.uniffi_route_uniffi_fn_method_router_route_at(
+        it,
+        
+        FfiConverterTypePolicy.lower(`policy`),
+        FfiConverterTypeSelector.lower(`selector`),
+        FfiConverterTypeRequest.lower(`request`),
+        FfiConverterSequenceULong.lower(`hashes`),
+        FfiConverterSequenceTypeRow.lower(`candidates`),
+        FfiConverterULong.lower(`id`),
+        FfiConverterDouble.lower(`nowMs`),_status)
 }
     }
     )

@@ -36,6 +36,34 @@ class RouterTest {
     }
 
     @Test
+    fun timedRoutingCalibratesTheTtftPolicy() {
+        val router = Router(RouterConfig(blockSlots = 64uL, requestSlots = 64uL))
+        router.addWorker(a)
+        router.addWorker(b)
+        // Worker b takes three times as long as worker a for the same prompt.
+        for (i in 0uL until 40uL) {
+            val (worker, slow) = if (i % 2uL == 0uL) Pair(a, 1.0) else Pair(b, 3.0)
+            val tokens = 200uL + 50uL * i
+            val now = 1000.0 * i.toDouble()
+            router.bookAt(i, worker, tokens, 2uL, now)
+            router.prefillCompleteAt(i, now + slow * (10 + 0.05 * tokens.toDouble()))
+            router.freeRequest(i)
+        }
+        val policy = Policy("""{"type": "ttft"}""")
+        val selector = Selector(16u, 1uL)
+        val req = Request(promptTokens = 1000uL, blockSize = 16u, role = Role.AGGREGATED)
+        val routed = router.routeAt(policy, selector, req, listOf(5uL, 6uL), candidates, 100uL, 50_000.0)
+        assertEquals(a, routed.selection.worker)
+        val fast = routed.rows[0].speed!!.msPerPrefillToken
+        val slow = routed.rows[1].speed!!.msPerPrefillToken
+        org.junit.jupiter.api.Assertions.assertTrue(slow > 2 * fast, "$fast $slow")
+        assertThrows<RouteException.InvalidArgument> { router.prefillCompleteAt(100uL, -1.0) }
+        assertThrows<RouteException.InvalidArgument> {
+            router.routeAt(policy, selector, req, listOf(), candidates, 101uL, Double.NaN)
+        }
+    }
+
+    @Test
     fun replicaEventsAreIdempotent() {
         val router = Router(RouterConfig(blockSlots = 64uL, requestSlots = 64uL, tombstones = 8uL))
         router.addWorker(a)
