@@ -483,7 +483,8 @@ def catalog():
     # queue + prefill + decode + delay to others + affinity, over the rows' cached tokens c (at
     # most P = 160), queued prefill tokens q, active requests n, and a speed (b, a, k): the one
     # the configuration gives, or 1 ms per token when neither it nor the rows have one. The
-    # delay to others scales the crowd by each worker's estimate over the candidates' mean.
+    # delay to others scales the crowd by each worker's estimate over the candidates' mean, and
+    # the active requests by one plus their share of the mean (plus one).
     def ttft(rows, b, a, k, others=1.0, share=0.5, slack=0.5):
         P = 160
         c = [min(r["cache"]["effective_tokens"], P) for r in rows]
@@ -501,6 +502,10 @@ def catalog():
         for e in estimates:
             total_estimate += e
         mean = total_estimate / float(len(rows))
+        total_active = 0.0
+        for x in n:
+            total_active += float(x)
+        mean_active = total_active / float(len(rows))
         longest = max(c)
         costs = []
         for i in range(len(rows)):
@@ -508,7 +513,8 @@ def catalog():
             parts = [b + a * float(q[i]),
                      a * float(P - c[i]),
                      k * float(n[i] + 1),
-                     others * (behind * a * float(P - c[i]) + k * float(n[i])),
+                     others * (behind * a * float(P - c[i])
+                               + k * (float(n[i]) * (1.0 + float(n[i]) / (mean_active + 1.0)))),
                      slack * busy * best if longest > 0 and float(c[i]) < share * float(longest) else 0.0]
             total = 0.0
             for x in parts:

@@ -423,15 +423,21 @@ pub enum FirstTokenPart {
     /// worker's passes with (the requests there, this one included).
     Decode,
     /// `others_weight * (behind * ms_per_prefill_token * uncached + ms_per_active_request *
-    /// active_requests)`: the delay this request adds to others. Its uncached prefill delays the
-    /// requests that queue behind it before it ends: the fleet's arrival rate times how long it
-    /// takes there, by Little's law `crowd * estimate / mean estimate`, where `crowd`, the
-    /// requests waiting per worker, is the candidates' mean queued prefill time over their mean
-    /// own-prefill time for this request (0 on an idle fleet; it grows with the queues, so
-    /// prefix reuse weighs more as the fleet fills up, and an idle worker's short estimate
-    /// keeps it attractive). Its decode shares the worker's passes with the first tokens of the
-    /// requests that start there during its life, about as many as are active there now (again
-    /// Little's law), each delayed by `ms_per_active_request`.
+    /// sharing)`: the delay this request adds to others.
+    ///
+    /// Its uncached prefill delays the requests that queue behind it before it ends: the fleet's
+    /// arrival rate times how long it takes there, by Little's law `behind = crowd * estimate /
+    /// mean estimate`, where `crowd`, the requests waiting per worker, is the candidates' mean
+    /// queued prefill time over their mean own-prefill time for this request (0 on an idle
+    /// fleet; it grows with the queues, so prefix reuse weighs more as the fleet fills up, and an
+    /// idle worker's short estimate keeps it attractive).
+    ///
+    /// Its decode shares the worker's passes with the first tokens of the requests that start
+    /// there during its life, each delayed by `ms_per_active_request`: about as many as are
+    /// active there now (Little's law again), and more where more are active, since each added
+    /// sequence slows the others' decoding so they stay longer and overlap more arrivals (the
+    /// superlinear delay of a shared server): `sharing = active * (1 + active / (mean active +
+    /// 1))`, twice the active requests on a worker at the candidates' mean.
     DelayToOthers,
     /// `affinity_slack * busy * best`, added to every candidate that holds less than
     /// `affinity_share` of the longest cached prefix any candidate holds, where `best` is the
@@ -453,7 +459,7 @@ pub const UNIT_SPEED: Speed = Speed {
 };
 
 /// libroute's own policy: the estimated time until this request's first token on each candidate,
-/// in milliseconds, plus the delay its prefill would add to the requests behind it, with an
+/// in milliseconds, plus the delay it would add to the requests behind it, with an
 /// affinity gate that keeps hot prefixes where they are cached (the `ttft` catalog type; each
 /// [`FirstTokenPart`] is one of its scorers).
 ///
@@ -587,11 +593,13 @@ impl Scorer for FirstToken {
                     let (queued, cached, active) = first_token_inputs(prompt, row);
                     s.first_token_ms(queued + (prompt - cached), active + 1)
                 };
-                let mut sum = 0.0;
+                let (mut sum, mut active_sum) = (0.0, 0.0);
                 for (row, s) in candidates.iter().zip(self.speeds(candidates)) {
                     sum += estimate(&row, &s);
+                    active_sum += as_cost(first_token_inputs(prompt, &row).2);
                 }
-                let mean = sum / as_cost(candidates.len() as u64);
+                let n = as_cost(candidates.len() as u64);
+                let (mean, mean_active) = (sum / n, active_sum / n);
                 for (cost, (row, s)) in costs.iter_mut().zip(rows) {
                     let (_, cached, active) = first_token_inputs(prompt, &row);
                     // Requests that queue behind this one before its prefill ends there: the
@@ -601,9 +609,13 @@ impl Scorer for FirstToken {
                     } else {
                         0.0
                     };
+                    // First tokens that share passes with its decode: as many as are active
+                    // there, more on a worker busier than the fleet's mean.
+                    let active = as_cost(active);
+                    let sharing = active * (1.0 + active / (mean_active + 1.0));
                     *cost = self.others_weight
                         * (behind * s.ms_per_prefill_token * as_cost(prompt - cached)
-                            + s.ms_per_active_request * as_cost(active));
+                            + s.ms_per_active_request * sharing);
                 }
             }
             FirstTokenPart::Affinity => {

@@ -11,8 +11,9 @@
 //! `round_robin`, `random`, `power_of_two` (`k`, `metric`), `least_loaded` (`metric`),
 //! `dynamo_two_tier` (`spread`, `ratio`, `coverage`), `sglang_cache_aware` (`abs_threshold`,
 //! `rel_threshold`, `match_threshold`), `llm_d` (`prefix_weight`, `kv_utilization_weight`,
-//! `queue_weight`, `kv_capacity_blocks`, `host_credit`, `disk_credit`), and `composed`
-//! (`filters`, `scorers`, `picker`). Every type but `default` also takes `filters` (a list of
+//! `queue_weight`, `kv_capacity_blocks`, `host_credit`, `disk_credit`), libroute's own `ttft`
+//! (`speed`, `others_weight`, `affinity_share`, `affinity_slack`), and `composed` (`filters`,
+//! `scorers`, `picker`). Every type but `default` also takes `filters` (a list of
 //! `require_taints`, `overload`, `allow_list`) and `seed`.
 //!
 //! Named instances per role (omitted roles use the default policy):

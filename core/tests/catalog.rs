@@ -527,11 +527,14 @@ fn ttft_estimates_each_candidates_first_token_and_explains_its_parts() {
         .unwrap();
     // queue = 10 + 0.5 q; prefill = 0.5 (160 - c); decode = 2 (n + 1); the estimates (their
     // sum) are 128, 184 and 92, mean 404 / 3; crowd = (50 + 150 + 0) / (64 + 16 + 80) = 1.25;
-    // others = 1.25 * estimate / mean * 0.5 (160 - c) + 2 n; the longest prefix is 128 tokens,
-    // so workers 1 and 3 (below 64) pay the gate: 0.5 * (1.25 / 2.25) * 92 (the best estimate).
+    // others = 1.25 * estimate / mean * 0.5 (160 - c) + 2 n (1 + n / (4 / 3 + 1)), the mean of
+    // the active requests being 4 / 3; the longest prefix is 128 tokens, so workers 1 and 3
+    // (below 64) pay the gate: 0.5 * (1.25 / 2.25) * 92 (the best estimate).
     let mean = (128.0 + 184.0 + 92.0) / 3.0;
-    let others =
-        |estimate: f64, uncached: f64, n: f64| 1.25 * estimate / mean * 0.5 * uncached + 2.0 * n;
+    let mean_active = (1.0 + 3.0 + 0.0) / 3.0;
+    let others = |estimate: f64, uncached: f64, n: f64| {
+        1.25 * estimate / mean * 0.5 * uncached + 2.0 * (n * (1.0 + n / (mean_active + 1.0)))
+    };
     let gate = 0.5 * (1.25 / 2.25) * 92.0;
     let expected = [
         [60.0, 64.0, 4.0, others(128.0, 128.0, 1.0), gate],
