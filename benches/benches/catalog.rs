@@ -11,7 +11,7 @@ use libroute_benches::bench_fleet;
 use libroute_core::catalog_config::PolicyConfig;
 use libroute_core::{Explanation, Request, Selector};
 
-const TYPES: [(&str, &str); 10] = [
+const TYPES: [(&str, &str); 11] = [
     ("default", r#"{"type": "default"}"#),
     ("round_robin", r#"{"type": "round_robin"}"#),
     ("random", r#"{"type": "random"}"#),
@@ -29,6 +29,7 @@ const TYPES: [(&str, &str); 10] = [
         r#"{"type": "least_loaded", "filters": [{"type": "overload", "max_requests": 11},
             {"type": "require_taints", "taints": []}]}"#,
     ),
+    ("ttft", r#"{"type": "ttft"}"#),
 ];
 
 fn catalog(c: &mut Criterion) {

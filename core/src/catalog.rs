@@ -495,22 +495,131 @@ impl FirstToken {
             affinity_slack: 0.5,
         }
     }
+}
 
-    /// The speed of every candidate: the override, the row's, or the candidates' mean.
-    fn speeds<'r>(&self, candidates: &'r Candidates<'_>) -> impl Iterator<Item = Speed> + 'r {
-        let fallback = self.speed.unwrap_or_else(|| mean_speed(candidates));
-        let fixed = self.speed;
-        candidates
-            .iter()
-            .map(move |row| fixed.or(row.speed()).unwrap_or(fallback))
+/// What [`FirstToken`] reads of one candidate, straight from the row (it declares CACHE, LOAD
+/// and SPEED, so the unmasked row shows nothing undeclared): queued prefill tokens, cached
+/// prompt tokens (at most the prompt), active requests, and its speed if it has one.
+#[derive(Clone, Copy)]
+struct FirstTokenRow {
+    queued: u64,
+    cached: u64,
+    active: u64,
+    speed: Option<Speed>,
+}
+
+impl FirstTokenRow {
+    #[inline]
+    fn read(row: &crate::types::Row, prompt: u64) -> Self {
+        use crate::types::RowFlags;
+        let load = row.flags.contains(RowFlags::HAS_LOAD);
+        let cached = if row.flags.contains(RowFlags::HAS_CACHE) {
+            row.effective_tokens
+        } else {
+            0
+        };
+        Self {
+            queued: if load { row.active_prefill_tokens } else { 0 },
+            cached: if cached < prompt { cached } else { prompt },
+            active: if load { row.active_requests } else { 0 },
+            speed: row.speed(),
+        }
     }
 }
 
-/// The mean speed of the candidates that have one, [`UNIT_SPEED`] when none has.
-fn mean_speed(candidates: &Candidates<'_>) -> Speed {
+/// A scorer pass over the candidates' [`FirstTokenRow`]s and their speeds: the override, the
+/// row's, or the candidates' mean.
+struct FirstTokenRows<'a> {
+    rows: &'a [crate::types::Row],
+    order: &'a [u32],
+    prompt: u64,
+    fixed: Option<Speed>,
+    fallback: Speed,
+}
+
+impl<'a> FirstTokenRows<'a> {
+    fn new(model: &FirstToken, candidates: &'a Candidates<'_>, prompt: u64) -> Self {
+        let (rows, order) = candidates.raw();
+        // Only a candidate without a speed takes the mean, so it is not computed without one.
+        let fallback = match model.speed {
+            Some(fixed) => fixed,
+            None if order.iter().all(|&i| rows[i as usize].speed().is_some()) => UNIT_SPEED,
+            None => mean_speed(order.iter().filter_map(|&i| rows[i as usize].speed())),
+        };
+        Self {
+            rows,
+            order,
+            prompt,
+            fixed: model.speed,
+            fallback,
+        }
+    }
+
+    /// Every candidate, in order, with its speed.
+    fn iter(&self) -> impl Iterator<Item = (FirstTokenRow, Speed)> + '_ {
+        self.order.iter().map(|&i| {
+            let r = FirstTokenRow::read(&self.rows[i as usize], self.prompt);
+            (r, self.fixed.or(r.speed).unwrap_or(self.fallback))
+        })
+    }
+
+    /// The estimated time to first token of this request on a candidate.
+    fn estimate(&self, r: &FirstTokenRow, s: &Speed) -> f64 {
+        s.first_token_ms(r.queued + (self.prompt - r.cached), r.active + 1)
+    }
+
+    /// The candidates' aggregates, in one pass.
+    fn summary(&self) -> FirstTokenSummary {
+        let (mut queued_ms, mut own_ms, mut estimates, mut active) = (0.0, 0.0, 0.0, 0.0);
+        let (mut longest, mut best) = (0, f64::INFINITY);
+        for (r, s) in self.iter() {
+            queued_ms += s.ms_per_prefill_token * as_cost(r.queued);
+            own_ms += s.ms_per_prefill_token * as_cost(self.prompt - r.cached);
+            let estimate = self.estimate(&r, &s);
+            estimates += estimate;
+            active += as_cost(r.active);
+            if r.cached > longest {
+                longest = r.cached;
+            }
+            if estimate < best {
+                best = estimate;
+            }
+        }
+        let n = as_cost(self.order.len() as u64);
+        FirstTokenSummary {
+            crowd: if own_ms > 0.0 {
+                queued_ms / own_ms
+            } else {
+                0.0
+            },
+            mean_estimate: estimates / n,
+            mean_active: active / n,
+            longest,
+            best,
+        }
+    }
+}
+
+/// What the delay to others and the affinity gate need of all the candidates.
+struct FirstTokenSummary {
+    /// How many requests, on average over the candidates, wait for prefill work already queued:
+    /// the candidates' mean queued prefill time over their mean time to prefill this request.
+    crowd: f64,
+    /// The candidates' mean estimate.
+    mean_estimate: f64,
+    /// Their mean active requests.
+    mean_active: f64,
+    /// The longest cached prefix, tokens.
+    longest: u64,
+    /// The smallest estimate.
+    best: f64,
+}
+
+/// The mean of `speeds`, [`UNIT_SPEED`] when there are none.
+fn mean_speed(speeds: impl Iterator<Item = Speed>) -> Speed {
     let mut sum = Speed::default();
     let mut n = 0u32;
-    for s in candidates.iter().filter_map(|r| r.speed()) {
+    for s in speeds {
         sum.base_ms += s.base_ms;
         sum.ms_per_prefill_token += s.ms_per_prefill_token;
         sum.ms_per_active_request += s.ms_per_active_request;
@@ -527,34 +636,6 @@ fn mean_speed(candidates: &Candidates<'_>) -> Speed {
     }
 }
 
-/// How many requests, on average over the candidates, wait for prefill work already queued: the
-/// candidates' mean queued prefill time over their mean time to prefill this request.
-fn crowd(prompt: u64, candidates: &Candidates<'_>, speeds: impl Iterator<Item = Speed>) -> f64 {
-    let (mut queued_ms, mut own_ms) = (0.0, 0.0);
-    for (row, s) in candidates.iter().zip(speeds) {
-        let (queued, cached, _) = first_token_inputs(prompt, &row);
-        queued_ms += s.ms_per_prefill_token * as_cost(queued);
-        own_ms += s.ms_per_prefill_token * as_cost(prompt - cached);
-    }
-    if own_ms > 0.0 {
-        queued_ms / own_ms
-    } else {
-        0.0
-    }
-}
-
-/// What [`FirstToken`] reads of one candidate: queued prefill tokens, cached prompt tokens
-/// (at most the prompt) and active requests.
-fn first_token_inputs(prompt: u64, row: &RowView<'_>) -> (u64, u64, u64) {
-    let load = row.load().unwrap_or_default();
-    let cached = row.cache().map_or(0, |c| c.effective_tokens);
-    (
-        load.active_prefill_tokens,
-        if cached < prompt { cached } else { prompt },
-        load.active_requests,
-    )
-}
-
 impl Scorer for FirstToken {
     fn inputs(&self, _leg: Leg) -> WorkerInputs {
         WorkerInputs::CACHE | WorkerInputs::LOAD | WorkerInputs::SPEED | WorkerInputs::PENDING
@@ -567,77 +648,60 @@ impl Scorer for FirstToken {
         costs: &mut [f64],
     ) -> Result<(), ComponentError> {
         let prompt = request.prompt_tokens();
-        let rows = candidates.iter().zip(self.speeds(candidates));
+        let rows = FirstTokenRows::new(self, candidates, prompt);
+        let costs = costs.iter_mut();
         match self.part {
             FirstTokenPart::Queue => {
-                for (cost, (row, s)) in costs.iter_mut().zip(rows) {
-                    let (queued, _, _) = first_token_inputs(prompt, &row);
-                    *cost = s.base_ms + s.ms_per_prefill_token * as_cost(queued);
+                for (cost, (r, s)) in costs.zip(rows.iter()) {
+                    *cost = s.base_ms + s.ms_per_prefill_token * as_cost(r.queued);
                 }
             }
             FirstTokenPart::Prefill => {
-                for (cost, (row, s)) in costs.iter_mut().zip(rows) {
-                    let (_, cached, _) = first_token_inputs(prompt, &row);
-                    *cost = s.ms_per_prefill_token * as_cost(prompt - cached);
+                for (cost, (r, s)) in costs.zip(rows.iter()) {
+                    *cost = s.ms_per_prefill_token * as_cost(prompt - r.cached);
                 }
             }
             FirstTokenPart::Decode => {
-                for (cost, (row, s)) in costs.iter_mut().zip(rows) {
-                    let (_, _, active) = first_token_inputs(prompt, &row);
-                    *cost = s.ms_per_active_request * as_cost(active + 1);
+                for (cost, (r, s)) in costs.zip(rows.iter()) {
+                    *cost = s.ms_per_active_request * as_cost(r.active + 1);
                 }
             }
             FirstTokenPart::DelayToOthers => {
-                let crowd = crowd(prompt, candidates, self.speeds(candidates));
-                let estimate = |row: &RowView<'_>, s: &Speed| {
-                    let (queued, cached, active) = first_token_inputs(prompt, row);
-                    s.first_token_ms(queued + (prompt - cached), active + 1)
-                };
-                let (mut sum, mut active_sum) = (0.0, 0.0);
-                for (row, s) in candidates.iter().zip(self.speeds(candidates)) {
-                    sum += estimate(&row, &s);
-                    active_sum += as_cost(first_token_inputs(prompt, &row).2);
-                }
-                let n = as_cost(candidates.len() as u64);
-                let (mean, mean_active) = (sum / n, active_sum / n);
-                for (cost, (row, s)) in costs.iter_mut().zip(rows) {
-                    let (_, cached, active) = first_token_inputs(prompt, &row);
+                let FirstTokenSummary {
+                    crowd,
+                    mean_estimate: mean,
+                    mean_active,
+                    ..
+                } = rows.summary();
+                for (cost, (r, s)) in costs.zip(rows.iter()) {
                     // Requests that queue behind this one before its prefill ends there: the
                     // fleet's crowd, in proportion to how long that takes on this worker.
                     let behind = if mean > 0.0 {
-                        crowd * estimate(&row, &s) / mean
+                        crowd * rows.estimate(&r, &s) / mean
                     } else {
                         0.0
                     };
                     // First tokens that share passes with its decode: as many as are active
                     // there, more on a worker busier than the fleet's mean.
-                    let active = as_cost(active);
+                    let active = as_cost(r.active);
                     let sharing = active * (1.0 + active / (mean_active + 1.0));
                     *cost = self.others_weight
-                        * (behind * s.ms_per_prefill_token * as_cost(prompt - cached)
+                        * (behind * s.ms_per_prefill_token * as_cost(prompt - r.cached)
                             + s.ms_per_active_request * sharing);
                 }
             }
             FirstTokenPart::Affinity => {
-                let mut longest = 0;
-                let mut best = f64::INFINITY;
-                let busy = crowd(prompt, candidates, self.speeds(candidates));
-                let busy = busy / (1.0 + busy);
-                for (row, s) in candidates.iter().zip(self.speeds(candidates)) {
-                    let (queued, cached, active) = first_token_inputs(prompt, &row);
-                    if cached > longest {
-                        longest = cached;
-                    }
-                    let estimate = s.first_token_ms(queued + (prompt - cached), active + 1);
-                    if estimate < best {
-                        best = estimate;
-                    }
-                }
+                let FirstTokenSummary {
+                    crowd,
+                    longest,
+                    best,
+                    ..
+                } = rows.summary();
+                let busy = crowd / (1.0 + crowd);
                 let threshold = self.affinity_share * as_cost(longest);
                 let penalty = self.affinity_slack * busy * best;
-                for (cost, row) in costs.iter_mut().zip(candidates.iter()) {
-                    let (_, cached, _) = first_token_inputs(prompt, &row);
-                    *cost = if longest > 0 && as_cost(cached) < threshold {
+                for (cost, (r, _)) in costs.zip(rows.iter()) {
+                    *cost = if longest > 0 && as_cost(r.cached) < threshold {
                         penalty
                     } else {
                         0.0
