@@ -24,13 +24,13 @@ struct Input<'a> {
     required_taints: u64,
     preferred: Vec<(u32, f64)>,
     hits: Vec<(u64, u64)>,
-    rows: Vec<[u64; 10]>,
+    rows: Vec<[u64; 13]>,
     rows_len_cut: u8,
     contributions_len: u8,
     repeat: u8,
 }
 
-fn row_from(bits: &[u64; 10]) -> libroute_row {
+fn row_from(bits: &[u64; 13]) -> libroute_row {
     let narrow = |x: u64| x as u32;
     libroute_row {
         worker: libroute_worker { worker_id: bits[0] % 8, dp_rank: narrow(bits[1] % 2) },
@@ -44,6 +44,9 @@ fn row_from(bits: &[u64; 10]) -> libroute_row {
         active_prefill_tokens: bits[8],
         active_decode_blocks: bits[9],
         active_requests: bits[5] >> 32,
+        base_ms: f64::from_bits(bits[10]),
+        ms_per_prefill_token: f64::from_bits(bits[11]),
+        ms_per_active_request: f64::from_bits(bits[12]),
     }
 }
 

@@ -31,6 +31,7 @@ struct RawRow {
     tiers: [u32; 3],
     effective_blocks: f64,
     counters: [u64; 4],
+    speed: [f64; 3],
 }
 
 fn metric(x: u64) -> LoadMetric {
@@ -57,7 +58,7 @@ fuzz_target!(|input: Input| {
     }
     let mut scorers = List::<WeightedScorer, MAX_SCORERS>::new();
     for (kind, weight, f, n) in input.scorers.iter().take(MAX_SCORERS) {
-        let scorer = match kind % 8 {
+        let scorer = match kind % 9 {
             0 => BuiltinScorer::Default(DefaultCost::default()),
             1 => BuiltinScorer::LeastLoaded(LeastLoaded { metric: metric(*n) }),
             2 => BuiltinScorer::DynamoTwoTier(DynamoTwoTier { spread: *n, ratio: f[0], coverage: f[1] }),
@@ -69,7 +70,24 @@ fuzz_target!(|input: Input| {
             4 => BuiltinScorer::Prefix(PrefixScore { host: f[0], disk: f[1] }),
             5 => BuiltinScorer::KvUtilization(KvUtilizationScore { capacity_blocks: *n }),
             6 => BuiltinScorer::Queue(QueueScore),
-            _ => BuiltinScorer::SessionAffinity(SessionAffinity),
+            7 => BuiltinScorer::SessionAffinity(SessionAffinity),
+            _ => BuiltinScorer::FirstToken(FirstToken {
+                part: match n % 5 {
+                    0 => FirstTokenPart::Queue,
+                    1 => FirstTokenPart::Prefill,
+                    2 => FirstTokenPart::Decode,
+                    3 => FirstTokenPart::DelayToOthers,
+                    _ => FirstTokenPart::Affinity,
+                },
+                speed: (n % 2 == 0).then_some(Speed {
+                    base_ms: f[0],
+                    ms_per_prefill_token: f[1],
+                    ms_per_active_request: f[2],
+                }),
+                others_weight: f[0],
+                affinity_share: f[1],
+                affinity_slack: f[2],
+            }),
         };
         let _ = scorers.push(WeightedScorer { scorer, weight: *weight });
     }
@@ -97,6 +115,9 @@ fuzz_target!(|input: Input| {
             active_prefill_tokens: r.counters[1],
             active_decode_blocks: r.counters[2],
             active_requests: r.counters[3],
+            base_ms: r.speed[0],
+            ms_per_prefill_token: r.speed[1],
+            ms_per_active_request: r.speed[2],
         })
         .collect();
     let mut request = Request::new(input.prompt_tokens, input.block_size)

@@ -32,6 +32,7 @@ struct RawRow {
     tiers: [u32; 3],
     effective_blocks: f64,
     counters: [u64; 4],
+    speed: [f64; 3],
 }
 
 fuzz_target!(|input: Input| {
@@ -72,6 +73,9 @@ fuzz_target!(|input: Input| {
             active_prefill_tokens: r.counters[1],
             active_decode_blocks: r.counters[2],
             active_requests: r.counters[3],
+            base_ms: r.speed[0],
+            ms_per_prefill_token: r.speed[1],
+            ms_per_active_request: r.speed[2],
         })
         .collect();
     let preferred: Vec<PreferredTaint> = input
