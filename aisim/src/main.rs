@@ -62,11 +62,6 @@ struct Options {
     svg: Option<String>,
 }
 
-fn num<T: std::str::FromStr>(flag: &str, v: &str) -> Result<T, String> {
-    v.parse()
-        .map_err(|_| format!("{flag}: {v:?} is not a valid number"))
-}
-
 fn timing(v: &str) -> Result<Timing, String> {
     if v == "polynomial" {
         return Ok(Timing::Polynomial);
@@ -130,37 +125,28 @@ fn parse(args: &[String]) -> Result<Options, String> {
                     }
                 }
             }
-            "--workers" => o.engine.workers = num(a, value()?)?,
-            "--kv-blocks" => o.engine.kv_blocks = num(a, value()?)?,
-            "--block-size" => o.engine.block_size = num(a, value()?)?,
-            "--max-num-seqs" => o.engine.max_num_seqs = num(a, value()?)?,
-            "--max-batched-tokens" => o.engine.max_num_batched_tokens = num(a, value()?)?,
+            "--workers" => o.engine.workers = sim::number(a, value()?)?,
+            "--kv-blocks" => o.engine.kv_blocks = sim::number(a, value()?)?,
+            "--block-size" => o.engine.block_size = sim::number(a, value()?)?,
+            "--max-num-seqs" => o.engine.max_num_seqs = sim::number(a, value()?)?,
+            "--max-batched-tokens" => o.engine.max_num_batched_tokens = sim::number(a, value()?)?,
             "--timing" => o.engine.timing = timing(value()?)?,
-            "--load" => o.load = num(a, value()?)?,
+            "--load" => o.load = sim::number(a, value()?)?,
             "--sweep" => {
                 o.sweep = value()?
                     .split(',')
-                    .map(|v| num("--sweep", v))
+                    .map(|v| sim::number("--sweep", v))
                     .collect::<Result<_, _>>()?;
             }
-            "--limit" => o.limit = Some(num(a, value()?)?),
+            "--limit" => o.limit = Some(sim::number(a, value()?)?),
             "--approximate" => o.approximate = true,
-            "--prediction-ttl-ms" => o.prediction_ttl_ms = num(a, value()?)?,
+            "--prediction-ttl-ms" => o.prediction_ttl_ms = sim::number(a, value()?)?,
             "--policies" => o.policies_file = Some(value()?.to_owned()),
             "--only" => o.only = Some(value()?.split(',').map(str::to_owned).collect()),
             "--json" => o.json = true,
             "--svg" => o.svg = Some(value()?.to_owned()),
-            "--block-tokens" => o.block_tokens = num(a, value()?)?,
-            "--requests" => o.synthetic.requests = num(a, value()?)?,
-            "--apps" => o.synthetic.apps = num(a, value()?)?,
-            "--system-blocks" => o.synthetic.system_blocks = num(a, value()?)?,
-            "--sessions" => o.synthetic.sessions = num(a, value()?)?,
-            "--zipf" => o.synthetic.zipf = num(a, value()?)?,
-            "--turn-blocks" => o.synthetic.turn_blocks = num(a, value()?)?,
-            "--max-turns" => o.synthetic.max_turns = num(a, value()?)?,
-            "--rate" => o.synthetic.rate_per_s = num(a, value()?)?,
-            "--output-tokens" => o.synthetic.output_tokens = num(a, value()?)?,
-            "--seed" => o.synthetic.seed = num(a, value()?)?,
+            "--block-tokens" => o.block_tokens = sim::number(a, value()?)?,
+            flag if Synthetic::FLAGS.contains(&flag) => o.synthetic.set(flag, value()?)?,
             flag if flag.starts_with('-') => {
                 return Err(format!("unknown option {flag}\n\n{HELP}"));
             }
@@ -212,23 +198,11 @@ fn policies(o: &Options) -> Result<Vec<(String, String)>, String> {
         cache_blocks: o.engine.kv_blocks as u64,
         ..Fleet::default()
     };
-    let mut all = sim::builtin_policies(&fleet);
-    if let Some(path) = &o.policies_file {
-        let text = std::fs::read_to_string(path).map_err(|e| format!("{path}: {e}"))?;
-        let named: serde_json::Map<String, serde_json::Value> =
-            serde_json::from_str(&text).map_err(|e| format!("{path}: {e}"))?;
-        for (name, config) in named {
-            all.push((name, config.to_string()));
-        }
-    }
-    if let Some(only) = &o.only {
-        for name in only {
-            if !all.iter().any(|(n, _)| n == name) {
-                return Err(format!("--only: no policy named {name:?}"));
-            }
-        }
-        all.retain(|(n, _)| only.contains(n));
-    }
+    let all = sim::choose_policies(
+        sim::builtin_policies(&fleet),
+        o.policies_file.as_deref(),
+        o.only.as_deref(),
+    )?;
     // Every policy is built once here, so a bad one is named before any replay starts.
     for (name, json) in &all {
         sim::policy(json).map_err(|e| format!("policy {name}: {e}"))?;

@@ -3,23 +3,10 @@
 
 use libroute_aisim::bridge::Mode;
 use libroute_aisim::run::{self, Engine, Routing};
-use libroute_benches::sim::{self, Synthetic, Trace};
+use libroute_benches::sim::{Synthetic, Trace};
 
-/// The first `n` requests of the Mooncake conversation trace (`../shared/data` beside the
-/// repository), or `None`, said loudly, where the data is absent.
-fn mooncake(n: usize) -> Option<Trace> {
-    let path = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../shared/data/mooncake_conversation_trace.jsonl"
-    );
-    let Ok(text) = std::fs::read_to_string(path) else {
-        eprintln!("SKIPPED: {path} is absent; only the built-in workload's cases ran");
-        return None;
-    };
-    let mut trace = sim::parse_mooncake(&text, 512).unwrap();
-    trace.requests.truncate(n);
-    Some(trace)
-}
+mod common;
+use common::mooncake;
 
 /// The built-in workload (always) and the Mooncake trace (where present), `n` requests each.
 fn workloads(n: usize) -> Vec<(&'static str, Trace)> {

@@ -156,7 +156,54 @@ impl Default for Synthetic {
     }
 }
 
+/// Parses a command-line number, naming the flag it was given to when it is not one.
+///
+/// # Errors
+///
+/// `FLAG: "VALUE" is not a valid number`.
+pub fn number<T: std::str::FromStr>(flag: &str, v: &str) -> Result<T, String> {
+    v.parse()
+        .map_err(|_| format!("{flag}: {v:?} is not a valid number"))
+}
+
 impl Synthetic {
+    /// The command-line flags [`Synthetic::set`] takes, one per field but `block_tokens` (which
+    /// the commands share with their trace readers).
+    pub const FLAGS: [&'static str; 10] = [
+        "--requests",
+        "--apps",
+        "--system-blocks",
+        "--sessions",
+        "--zipf",
+        "--turn-blocks",
+        "--max-turns",
+        "--rate",
+        "--output-tokens",
+        "--seed",
+    ];
+
+    /// Sets the field behind one of [`Synthetic::FLAGS`] from its command-line value.
+    ///
+    /// # Errors
+    ///
+    /// The value is not a number of the field's type, or the flag is not one of `FLAGS`.
+    pub fn set(&mut self, flag: &str, v: &str) -> Result<(), String> {
+        match flag {
+            "--requests" => self.requests = number(flag, v)?,
+            "--apps" => self.apps = number(flag, v)?,
+            "--system-blocks" => self.system_blocks = number(flag, v)?,
+            "--sessions" => self.sessions = number(flag, v)?,
+            "--zipf" => self.zipf = number(flag, v)?,
+            "--turn-blocks" => self.turn_blocks = number(flag, v)?,
+            "--max-turns" => self.max_turns = number(flag, v)?,
+            "--rate" => self.rate_per_s = number(flag, v)?,
+            "--output-tokens" => self.output_tokens = number(flag, v)?,
+            "--seed" => self.seed = number(flag, v)?,
+            _ => return Err(format!("{flag} is not a synthetic-workload option")),
+        }
+        Ok(())
+    }
+
     /// Generates the workload: each request is the next turn of a Zipf-chosen conversation; its
     /// prompt is its app's system prompt, then the conversation so far, then the new turn.
     #[must_use]
@@ -739,6 +786,36 @@ pub fn builtin_policies(fleet: &Fleet) -> Vec<(String, String)> {
     .into_iter()
     .map(|(n, j)| (n.to_owned(), j))
     .collect()
+}
+
+/// The policies a command compares: `builtin`, then every `"name": {config}` of the JSON object
+/// in `policies_file`, kept to the names in `only` when it is given.
+///
+/// # Errors
+///
+/// The file cannot be read or is not a JSON object, or `only` names a policy there is not.
+pub fn choose_policies(
+    mut all: Vec<(String, String)>,
+    policies_file: Option<&str>,
+    only: Option<&[String]>,
+) -> Result<Vec<(String, String)>, String> {
+    if let Some(path) = policies_file {
+        let text = std::fs::read_to_string(path).map_err(|e| format!("{path}: {e}"))?;
+        let named: serde_json::Map<String, serde_json::Value> =
+            serde_json::from_str(&text).map_err(|e| format!("{path}: {e}"))?;
+        for (name, config) in named {
+            all.push((name, config.to_string()));
+        }
+    }
+    if let Some(only) = only {
+        for name in only {
+            if !all.iter().any(|(n, _)| n == name) {
+                return Err(format!("--only: no policy named {name:?}"));
+            }
+        }
+        all.retain(|(n, _)| only.contains(n));
+    }
+    Ok(all)
 }
 
 /// Builds a policy from its JSON.

@@ -51,11 +51,6 @@ struct Options {
     svg: Option<String>,
 }
 
-fn num<T: std::str::FromStr>(flag: &str, v: &str) -> Result<T, String> {
-    v.parse()
-        .map_err(|_| format!("{flag}: {v:?} is not a valid number"))
-}
-
 fn parse(args: &[String]) -> Result<Options, String> {
     let mut o = Options {
         trace: None,
@@ -78,36 +73,27 @@ fn parse(args: &[String]) -> Result<Options, String> {
                 .ok_or_else(|| format!("{a} needs a value"))
         };
         match a {
-            "--workers" => o.fleet.workers = num(a, value()?)?,
-            "--cache-blocks" => o.fleet.cache_blocks = num(a, value()?)?,
-            "--block-tokens" => o.block_tokens = num(a, value()?)?,
-            "--prefill-base-ms" => o.fleet.prefill_base_ms = num(a, value()?)?,
-            "--prefill-ms-per-token" => o.fleet.prefill_ms_per_token = num(a, value()?)?,
-            "--decode-base-ms" => o.fleet.decode_base_ms = num(a, value()?)?,
-            "--decode-ms-per-token" => o.fleet.decode_ms_per_token = num(a, value()?)?,
-            "--load" => o.fleet.load = num(a, value()?)?,
+            "--workers" => o.fleet.workers = sim::number(a, value()?)?,
+            "--cache-blocks" => o.fleet.cache_blocks = sim::number(a, value()?)?,
+            "--block-tokens" => o.block_tokens = sim::number(a, value()?)?,
+            "--prefill-base-ms" => o.fleet.prefill_base_ms = sim::number(a, value()?)?,
+            "--prefill-ms-per-token" => o.fleet.prefill_ms_per_token = sim::number(a, value()?)?,
+            "--decode-base-ms" => o.fleet.decode_base_ms = sim::number(a, value()?)?,
+            "--decode-ms-per-token" => o.fleet.decode_ms_per_token = sim::number(a, value()?)?,
+            "--load" => o.fleet.load = sim::number(a, value()?)?,
             "--sweep" => {
                 o.sweep = value()?
                     .split(',')
-                    .map(|v| num("--sweep", v))
+                    .map(|v| sim::number("--sweep", v))
                     .collect::<Result<_, _>>()?;
             }
             "--approximate" => o.fleet.approximate = true,
-            "--prediction-ttl-ms" => o.fleet.prediction_ttl_ms = num(a, value()?)?,
+            "--prediction-ttl-ms" => o.fleet.prediction_ttl_ms = sim::number(a, value()?)?,
             "--policies" => o.policies_file = Some(value()?.to_owned()),
             "--only" => o.only = Some(value()?.split(',').map(str::to_owned).collect()),
             "--json" => o.json = true,
             "--svg" => o.svg = Some(value()?.to_owned()),
-            "--requests" => o.synthetic.requests = num(a, value()?)?,
-            "--apps" => o.synthetic.apps = num(a, value()?)?,
-            "--system-blocks" => o.synthetic.system_blocks = num(a, value()?)?,
-            "--sessions" => o.synthetic.sessions = num(a, value()?)?,
-            "--zipf" => o.synthetic.zipf = num(a, value()?)?,
-            "--turn-blocks" => o.synthetic.turn_blocks = num(a, value()?)?,
-            "--max-turns" => o.synthetic.max_turns = num(a, value()?)?,
-            "--rate" => o.synthetic.rate_per_s = num(a, value()?)?,
-            "--output-tokens" => o.synthetic.output_tokens = num(a, value()?)?,
-            "--seed" => o.synthetic.seed = num(a, value()?)?,
+            flag if Synthetic::FLAGS.contains(&flag) => o.synthetic.set(flag, value()?)?,
             flag if flag.starts_with('-') => {
                 return Err(format!("unknown option {flag}\n\n{HELP}"));
             }
@@ -136,24 +122,11 @@ fn parse(args: &[String]) -> Result<Options, String> {
 }
 
 fn policies(o: &Options) -> Result<Vec<(String, String)>, String> {
-    let mut all = sim::builtin_policies(&o.fleet);
-    if let Some(path) = &o.policies_file {
-        let text = std::fs::read_to_string(path).map_err(|e| format!("{path}: {e}"))?;
-        let named: serde_json::Map<String, serde_json::Value> =
-            serde_json::from_str(&text).map_err(|e| format!("{path}: {e}"))?;
-        for (name, config) in named {
-            all.push((name, config.to_string()));
-        }
-    }
-    if let Some(only) = &o.only {
-        for name in only {
-            if !all.iter().any(|(n, _)| n == name) {
-                return Err(format!("--only: no policy named {name:?}"));
-            }
-        }
-        all.retain(|(n, _)| only.contains(n));
-    }
-    Ok(all)
+    sim::choose_policies(
+        sim::builtin_policies(&o.fleet),
+        o.policies_file.as_deref(),
+        o.only.as_deref(),
+    )
 }
 
 #[allow(
