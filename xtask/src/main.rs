@@ -488,6 +488,18 @@ fn ci() -> Result {
                     "--",
                     "-D",
                     "warnings",
+                ])?;
+                // The fuzz targets live in their own workspace; checking them here (stable, no
+                // sanitizer) catches an API change they missed long before the fuzz step.
+                let fuzz = root().join("fuzz/Cargo.toml").display().to_string();
+                cargo(&[
+                    "clippy",
+                    "--manifest-path",
+                    &fuzz,
+                    "--bins",
+                    "--",
+                    "-D",
+                    "warnings",
                 ])
             }),
         ),
