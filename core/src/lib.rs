@@ -85,46 +85,35 @@
 #[cfg(any(test, feature = "std"))]
 extern crate std;
 
-pub mod calibrate;
-pub mod catalog;
-#[cfg(feature = "std")]
-pub mod catalog_config;
-mod component;
-mod config;
-mod default;
-mod index;
-mod inputs;
-mod ledger;
-mod math;
-mod policy;
-mod predict;
-pub mod rng;
-mod router;
-mod table;
-mod types;
+// The four layers, each using only those before it (ARCHITECTURE.md; `tests/layers.rs` checks).
+mod engine;
+mod host;
+mod policies;
+mod vocab;
 
-pub use component::{
-    ComponentError, Filter, Filters, Pick, PickInput, PickReason, Picker, Scorer, Scorers, Verdict,
+pub use engine::rng;
+pub use host::calibrate;
+pub use policies::catalog;
+#[cfg(feature = "std")]
+pub use policies::catalog_config;
+
+pub use engine::{
+    ComponentError, Disposition, Explanation, Filter, Filters, MAX_SCORERS, Pick, PickInput,
+    PickReason, Picker, Policy, PolicyError, RandomSource, Scorer, Scorers, SelectError, Selection,
+    Selector, Verdict, WyRand,
 };
-pub use config::{ConfigError, DefaultKnobs, DefaultPolicyConfig, Knob, Problem};
-pub use default::{DefaultCost, DefaultPicker, DefaultPolicy};
-pub use index::{
-    BlockEntry, BlockSlot, IndexCounters, IndexError, KvEvent, Overlaps, PrefixIndex, Tier,
-    WorkerSlot,
+pub use host::{
+    BlockEntry, BlockSlot, IndexCounters, IndexError, KvEvent, Ledger, LedgerCounters, LedgerError,
+    LedgerEvent, LoadSlot, Overlaps, PredictionKey, PredictionRecord, PredictionSlot, Predictions,
+    PrefixIndex, RequestEntry, RequestSlot, RouteError, Router, Slot, StorageError, TableKey, Tier,
+    WorkerLoad, WorkerSlot, WorkerState,
 };
-pub use inputs::{Candidates, RequestView, RowView, WorkerInputs};
-pub use ledger::{
-    Ledger, LedgerCounters, LedgerError, LedgerEvent, LoadSlot, RequestEntry, RequestSlot,
-    WorkerLoad, WorkerState,
+pub use policies::{
+    ConfigError, DefaultCost, DefaultKnobs, DefaultPicker, DefaultPolicy, DefaultPolicyConfig,
+    Knob, Problem,
 };
-pub use policy::{
-    Disposition, Explanation, MAX_SCORERS, Policy, PolicyError, SelectError, Selection, Selector,
-};
-pub use predict::{PredictionKey, PredictionRecord, PredictionSlot, Predictions};
-pub use rng::{RandomSource, WyRand};
-pub use router::{RouteError, Router};
-pub use table::{Slot, StorageError, TableKey};
-pub use types::{
-    BlockRange, Cache, Label, Leg, Load, PreferredTaint, Request, RequestError, Role, Row,
-    RowField, RowFlags, SharedHits, Speed, Taint, TaintSet, WorkerKey,
+pub use vocab::{
+    BlockRange, Cache, Candidates, Label, Leg, Load, PreferredTaint, Request, RequestError,
+    RequestView, Role, Row, RowField, RowFlags, RowView, SharedHits, Speed, Taint, TaintSet,
+    WorkerInputs, WorkerKey,
 };

@@ -13,9 +13,9 @@
 
 use core::fmt;
 
-use crate::index::{BlockSlot, IndexError, PrefixIndex, WorkerSlot};
-use crate::table::{Slot, StorageError, Table, TableKey, mix};
-use crate::types::WorkerKey;
+use crate::host::index::{BlockSlot, IndexError, PrefixIndex, WorkerSlot};
+use crate::host::table::{Slot, StorageError, Table, TableKey, mix};
+use crate::vocab::WorkerKey;
 
 /// Row of the index's block masks that holds predictions.
 const PREDICTED: usize = 3;

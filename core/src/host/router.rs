@@ -2,13 +2,13 @@
 
 use core::fmt;
 
-use crate::index::{BlockSlot, Overlaps, PrefixIndex, WorkerSlot};
-use crate::inputs::WorkerInputs;
-use crate::ledger::{Ledger, LedgerError, LoadSlot, RequestSlot};
-use crate::policy::{Policy, SelectError, Selection, Selector};
-use crate::predict::{PredictionRecord, PredictionSlot, Predictions};
-use crate::types::{Request, Row, RowFlags};
-use crate::{Filters, Picker, Scorers};
+use crate::engine::{Filters, Picker, Scorers};
+use crate::engine::{Policy, SelectError, Selection, Selector};
+use crate::host::index::{BlockSlot, Overlaps, PrefixIndex, WorkerSlot};
+use crate::host::ledger::{Ledger, LedgerError, LoadSlot, RequestSlot};
+use crate::host::predict::{PredictionRecord, PredictionSlot, Predictions};
+use crate::vocab::WorkerInputs;
+use crate::vocab::{Request, Row, RowFlags};
 
 /// Why [`Router::route`] failed. Nothing was booked.
 #[derive(Debug, Clone, Copy, PartialEq)]

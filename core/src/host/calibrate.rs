@@ -28,7 +28,7 @@
 //!
 //! Everything is a fixed number of `f64`s: no allocation, no clock (times are arguments).
 
-use crate::types::Speed;
+use crate::vocab::Speed;
 
 /// Observations over which a worker's pace is averaged: each weighs `1 - 1/WINDOW` of the next.
 pub const WINDOW: f64 = 64.0;

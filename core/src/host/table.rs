@@ -10,7 +10,7 @@
 use core::fmt;
 use core::marker::PhantomData;
 
-use crate::types::WorkerKey;
+use crate::vocab::WorkerKey;
 
 /// A key of the fixed-capacity tables behind the index and the ledger: compared exactly, hashed
 /// to a slot position.

@@ -8,8 +8,8 @@ use core::fmt;
 
 use serde::{Deserialize, Serialize};
 
-use crate::default::{DefaultCost, DefaultPicker, DefaultPolicy};
-use crate::policy::Policy;
+use crate::engine::Policy;
+use crate::policies::{DefaultCost, DefaultPicker, DefaultPolicy};
 
 /// The default policy's knobs as they appear in configuration; every field is optional and
 /// defaults as in [`DefaultKnobs::default`].

@@ -24,8 +24,8 @@
 
 use core::fmt;
 
-use crate::table::{Slot, StorageError, Table};
-use crate::types::{Cache, Row, RowFlags, WorkerKey};
+use crate::host::table::{Slot, StorageError, Table};
+use crate::vocab::{Cache, Row, RowFlags, WorkerKey};
 
 /// A KV-cache tier.
 #[repr(u32)]

@@ -8,7 +8,7 @@
 
 use core::fmt;
 
-use crate::types::{
+use crate::vocab::{
     Cache, Load, PreferredTaint, Request, Role, Row, SharedHits, Speed, TaintSet, WorkerKey,
 };
 
@@ -419,5 +419,5 @@ pub(crate) fn taint_multiplier(preferred: &[PreferredTaint], taints: TaintSet) -
             sum += p.weight;
         }
     }
-    Some(crate::math::exp(-crate::math::tanh(sum)))
+    Some(crate::vocab::math::exp(-crate::vocab::math::tanh(sum)))
 }

@@ -19,9 +19,9 @@
 
 use core::fmt;
 
-use crate::calibrate::{FLEET_WINDOW, Fit, Pace, WINDOW, worker_speed};
-use crate::table::{Slot, StorageError, Table};
-use crate::types::{Load, Row, RowFlags, Speed, WorkerKey};
+use crate::host::calibrate::{FLEET_WINDOW, Fit, Pace, WINDOW, worker_speed};
+use crate::host::table::{Slot, StorageError, Table};
+use crate::vocab::{Load, Row, RowFlags, Speed, WorkerKey};
 
 const BOOKED: u8 = 1;
 const PREFILL_DONE: u8 = 2;
@@ -277,7 +277,7 @@ where
     /// The first-token speed of `worker` learned from timed bookings ([`Ledger::book_at`],
     /// [`Ledger::prefill_complete_at`]): the fleet's fit times the worker's pace (see
     /// [`crate::calibrate`]). `None` for an unknown worker, and until the fleet has
-    /// [`crate::calibrate::MIN_OBSERVATIONS`].
+    /// [`crate::host::calibrate::MIN_OBSERVATIONS`].
     ///
     /// # Examples
     ///

@@ -33,17 +33,17 @@ use std::{fmt, format};
 
 use serde::Deserialize;
 
-use crate::catalog::{
+use crate::engine::{MAX_SCORERS, Policy};
+use crate::policies::DefaultPicker;
+use crate::policies::DefaultPolicyConfig;
+use crate::policies::catalog::{
     AllowList, BuiltinFilter, BuiltinPicker, BuiltinScorer, CatalogPolicy, DynamoTwoTier,
     FirstToken, FirstTokenPart, KvUtilizationScore, LeastLoaded, List, LoadMetric, MAX_ALLOWED,
     MAX_FILTERS, MinCostPicker, OverloadLimits, PowerOfChoices, PrefixScore, QueueScore,
     RandomPicker, RequireTaints, RoundRobinPicker, SessionAffinity, SglangCacheAware,
     WeightedScorer,
 };
-use crate::config::DefaultPolicyConfig;
-use crate::default::DefaultPicker;
-use crate::policy::{MAX_SCORERS, Policy};
-use crate::types::{Role, Speed, Taint, TaintSet};
+use crate::vocab::{Role, Speed, Taint, TaintSet};
 
 /// Why a catalog configuration was rejected: which instance (when it has a name) and what.
 #[derive(Debug, Clone, PartialEq, Eq)]

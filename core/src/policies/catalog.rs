@@ -11,14 +11,14 @@
 
 use core::sync::atomic::{AtomicU32, Ordering};
 
-use crate::component::{
+use crate::engine::MAX_SCORERS;
+use crate::engine::rng::{self, RandomSource};
+use crate::engine::{
     ComponentError, Filter, Filters, Pick, PickInput, PickReason, Picker, Scorer, Scorers, Verdict,
 };
-use crate::default::{DefaultCost, DefaultPicker};
-use crate::inputs::{Candidates, RequestView, RowView, WorkerInputs};
-use crate::policy::MAX_SCORERS;
-use crate::rng::{self, RandomSource};
-use crate::types::{Leg, Load, Speed, TaintSet};
+use crate::policies::{DefaultCost, DefaultPicker};
+use crate::vocab::{Candidates, RequestView, RowView, WorkerInputs};
+use crate::vocab::{Leg, Load, Speed, TaintSet};
 
 /// Which load figure a load-based component reads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -510,8 +510,8 @@ struct FirstTokenRow {
 
 impl FirstTokenRow {
     #[inline]
-    fn read(row: &crate::types::Row, prompt: u64) -> Self {
-        use crate::types::RowFlags;
+    fn read(row: &crate::vocab::Row, prompt: u64) -> Self {
+        use crate::vocab::RowFlags;
         let load = row.flags.contains(RowFlags::HAS_LOAD);
         let cached = if row.flags.contains(RowFlags::HAS_CACHE) {
             row.effective_tokens
@@ -530,7 +530,7 @@ impl FirstTokenRow {
 /// A scorer pass over the candidates' [`FirstTokenRow`]s and their speeds: the override, the
 /// row's, or the candidates' mean.
 struct FirstTokenRows<'a> {
-    rows: &'a [crate::types::Row],
+    rows: &'a [crate::vocab::Row],
     order: &'a [u32],
     prompt: u64,
     fixed: Option<Speed>,
@@ -1195,7 +1195,7 @@ pub const MAX_FILTERS: usize = 8;
 
 /// A policy assembled from the catalog at run time: builtin filters, weighted builtin scorers
 /// and a builtin picker, in fixed storage.
-pub type CatalogPolicy = crate::policy::Policy<
+pub type CatalogPolicy = crate::engine::Policy<
     List<BuiltinFilter, MAX_FILTERS>,
     List<WeightedScorer, MAX_SCORERS>,
     BuiltinPicker,

@@ -1,11 +1,11 @@
 //! The default policy: Dynamo's default cost function ([`DefaultCost`]) and picker
 //! ([`DefaultPicker`]), reproduced exactly (`spec/default-policy.md` sections 2 to 4).
 
-use crate::component::{ComponentError, Pick, PickInput, PickReason, Picker, Scorer};
-use crate::inputs::{Candidates, RequestView, WorkerInputs, taint_multiplier};
-use crate::policy::Policy;
-use crate::rng::{self, RandomSource};
-use crate::types::{Label, Leg, PreferredTaint, Role, Row, RowFlags, SharedHits, TaintSet};
+use crate::engine::Policy;
+use crate::engine::rng::{self, RandomSource};
+use crate::engine::{ComponentError, Pick, PickInput, PickReason, Picker, Scorer};
+use crate::vocab::{Candidates, RequestView, WorkerInputs, taint_multiplier};
+use crate::vocab::{Label, Leg, PreferredTaint, Role, Row, RowFlags, SharedHits, TaintSet};
 
 /// The default policy's type: no filters, the default cost, the default picker.
 pub type DefaultPolicy = Policy<(), (DefaultCost,), DefaultPicker>;
@@ -739,7 +739,7 @@ fn softmax_index(costs: &[f64], temperature: f64, sample: f64, probabilities: &m
         let scale = -1.0 / ((hi / magnitude - lo_normalized) * temperature);
         let offset = lo_normalized * scale;
         for (p, &c) in probabilities.iter_mut().zip(costs) {
-            *p = crate::math::exp(c / magnitude * scale - offset);
+            *p = crate::vocab::math::exp(c / magnitude * scale - offset);
         }
     }
     let mut sum = 0.0;
@@ -762,8 +762,8 @@ fn softmax_index(costs: &[f64], temperature: f64, sample: f64, probabilities: &m
 #[cfg(test)]
 mod tests {
     use super::softmax_index;
-    use crate::inputs::RequestView;
-    use crate::types::{Cache, Load, Request, Row, RowFlags, TaintSet, WorkerKey};
+    use crate::vocab::RequestView;
+    use crate::vocab::{Cache, Load, Request, Row, RowFlags, TaintSet, WorkerKey};
     use crate::{DefaultCost, Scorer};
 
     fn fleet() -> [Row; 5] {

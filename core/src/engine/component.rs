@@ -7,10 +7,10 @@
 
 use core::fmt;
 
-use crate::default::DefaultCost;
-use crate::inputs::{Candidates, RequestView, RowView, WorkerInputs};
-use crate::rng::RandomSource;
-use crate::types::Leg;
+use crate::engine::rng::RandomSource;
+use crate::policies::DefaultCost;
+use crate::vocab::Leg;
+use crate::vocab::{Candidates, RequestView, RowView, WorkerInputs};
 
 /// An error a component reports about itself (a host callback failing, say). The selector wraps
 /// it with the component's kind and index.

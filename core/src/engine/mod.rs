@@ -1,0 +1,19 @@
+//! Layer 2, the selection engine: the component traits ([`Filter`], [`Scorer`], [`Picker`]),
+//! their composition into a [`Policy`], the caller-owned [`Selector`] that runs one, what a
+//! selection returns, and the random source. It uses the vocabulary only, and names no policy:
+//! a scorer offers a faster pass through a capability the engine asks for
+//! ([`Scorer::score_all_rows`]).
+
+mod component;
+mod outcome;
+mod policy;
+pub mod rng;
+mod selector;
+
+pub use component::{
+    ComponentError, Filter, Filters, Pick, PickInput, PickReason, Picker, Scorer, Scorers, Verdict,
+};
+pub use outcome::{Disposition, Explanation, SelectError, Selection};
+pub use policy::{MAX_SCORERS, Policy, PolicyError};
+pub use rng::{RandomSource, WyRand};
+pub use selector::Selector;

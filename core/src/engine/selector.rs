@@ -1,0 +1,158 @@
+//! The caller-owned [`Selector`]: fixed-capacity buffers and the random streams, all the state a
+//! selection writes.
+
+use core::fmt;
+
+use super::policy::MAX_SCORERS;
+use super::rng::WyRand;
+
+/// Caller-owned scratch for selections: buffers of capacity `N` and the random stream.
+///
+/// One selector per thread; a policy is shared. Selecting over more than `N` rows is an error
+/// ([`SelectError::CapacityExceeded`](super::SelectError::CapacityExceeded)), never a truncation. Its size is about
+/// `N * (4 + 8 * (MAX_SCORERS + 2))` bytes, so large capacities belong in a `static` or a `Box`.
+///
+/// # Examples
+///
+/// ```
+/// use libroute_core::Selector;
+/// let selector = Selector::<64>::new();
+/// assert_eq!(selector.capacity(), 64);
+/// ```
+#[derive(Clone)]
+pub struct Selector<const N: usize> {
+    pub(super) order: [u32; N],
+    pub(super) costs: [[f64; N]; MAX_SCORERS],
+    pub(super) totals: [f64; N],
+    pub(super) work: [f64; N],
+    pub(super) unseeded: WyRand,
+    pub(super) seeded: Option<(u64, WyRand)>,
+    pub(super) last: Last,
+    /// `order[..identity]` holds `0, 1, 2, ...` (left by fused selections, so the next one need
+    /// not write it again).
+    pub(super) identity: usize,
+}
+
+/// Where the last successful selection left its per-candidate totals.
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct Last {
+    pub(super) candidates: usize,
+    /// With exactly one scorer the totals are that scorer's column.
+    pub(super) in_first_column: bool,
+}
+
+impl<const N: usize> fmt::Debug for Selector<N> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Selector")
+            .field("capacity", &N)
+            .field("seeded", &self.seeded)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<const N: usize> Default for Selector<N> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// The default state of the unseeded stream when the host gives no entropy.
+const DEFAULT_ENTROPY: u64 = 0x6c69_6272_6f75_7465; // "libroute"
+
+impl<const N: usize> Selector<N> {
+    /// An empty selector whose unseeded stream starts from a fixed state. Use
+    /// [`Selector::with_entropy`] to give each thread its own stream.
+    #[must_use]
+    pub const fn new() -> Self {
+        Self::with_entropy(DEFAULT_ENTROPY)
+    }
+
+    /// An empty selector whose unseeded stream starts from `entropy` (from the host's OS RNG, a
+    /// clock, a thread id: the core reads none of these itself).
+    #[must_use]
+    pub const fn with_entropy(entropy: u64) -> Self {
+        const {
+            assert!(N > 0, "Selector capacity N must be at least 1");
+            assert!(
+                N <= u32::MAX as usize,
+                "Selector capacity N must fit in u32 row indices"
+            );
+        }
+        Self {
+            order: [0; N],
+            costs: [[0.0; N]; MAX_SCORERS],
+            totals: [0.0; N],
+            work: [0.0; N],
+            unseeded: WyRand::with_seed(entropy),
+            seeded: None,
+            last: Last {
+                candidates: 0,
+                in_first_column: false,
+            },
+            identity: 0,
+        }
+    }
+
+    /// The capacity `N`.
+    #[must_use]
+    pub const fn capacity(&self) -> usize {
+        N
+    }
+
+    /// Restarts the seeded stream: the next seeded selection draws as if it were the first.
+    pub fn reset_seeded(&mut self) {
+        self.seeded = None;
+    }
+
+    /// Every candidate of the last successful selection, in the order the picker saw them: the
+    /// host row index and its total cost. Empty after a failed selection.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use libroute_core::{DefaultKnobs, Load, Request, Row, Selector, WorkerKey};
+    /// let policy = DefaultKnobs::default().build().unwrap();
+    /// let rows = [1, 2].map(|id| Row::new(WorkerKey::new(id, 0)).with_load(Load { active_decode_blocks: id, ..Load::default() }));
+    /// let mut selector = Selector::<4>::new();
+    /// policy.select(&mut selector, &Request::new(32, 16), &rows).unwrap();
+    /// assert_eq!(selector.last_costs().collect::<Vec<_>>(), [(0, 3.0), (1, 4.0)]);
+    /// ```
+    #[must_use = "iterators are lazy"]
+    pub fn last_costs(&self) -> impl ExactSizeIterator<Item = (usize, f64)> + '_ {
+        let m = self.last.candidates;
+        let totals = if self.last.in_first_column {
+            &self.costs[0][..m]
+        } else {
+            &self.totals[..m]
+        };
+        self.order[..m]
+            .iter()
+            .zip(totals)
+            .map(|(&i, &c)| (i as usize, c))
+    }
+
+    pub(super) fn view(&mut self) -> Scratch<'_> {
+        self.last = Last::default();
+        Scratch {
+            order: &mut self.order,
+            costs: self.costs.as_flattened_mut(),
+            capacity: N,
+            totals: &mut self.totals,
+            work: &mut self.work,
+            last: &mut self.last,
+            identity: &mut self.identity,
+        }
+    }
+}
+
+/// The selector's buffers with `N` erased, so the hot code is compiled once.
+pub(super) struct Scratch<'a> {
+    pub(super) order: &'a mut [u32],
+    pub(super) costs: &'a mut [f64],
+    pub(super) capacity: usize,
+    pub(super) totals: &'a mut [f64],
+    pub(super) work: &'a mut [f64],
+    pub(super) last: &'a mut Last,
+    /// `order[..*identity]` holds `0, 1, 2, ...`.
+    pub(super) identity: &'a mut usize,
+}

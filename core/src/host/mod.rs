@@ -1,0 +1,23 @@
+//! Layer 4, the host's state: the fixed-capacity tables, the prefix index fed by KV events, the
+//! predictions of approximate mode, the load ledger with its speed calibration, and the
+//! [`Router`] that turns them into rows and runs a policy. It uses the vocabulary and the
+//! engine, never a particular policy.
+
+pub mod calibrate;
+pub(crate) mod index;
+pub(crate) mod ledger;
+pub(crate) mod predict;
+mod router;
+pub(crate) mod table;
+
+pub use index::{
+    BlockEntry, BlockSlot, IndexCounters, IndexError, KvEvent, Overlaps, PrefixIndex, Tier,
+    WorkerSlot,
+};
+pub use ledger::{
+    Ledger, LedgerCounters, LedgerError, LedgerEvent, LoadSlot, RequestEntry, RequestSlot,
+    WorkerLoad, WorkerState,
+};
+pub use predict::{PredictionKey, PredictionRecord, PredictionSlot, Predictions};
+pub use router::{RouteError, Router};
+pub use table::{Slot, StorageError, TableKey};
