@@ -8,9 +8,8 @@
 use core::fmt;
 
 use crate::engine::rng::RandomSource;
-use crate::policies::DefaultCost;
-use crate::vocab::Leg;
 use crate::vocab::{Candidates, RequestView, RowView, WorkerInputs};
+use crate::vocab::{Leg, Row};
 
 /// An error a component reports about itself (a host callback failing, say). The selector wraps
 /// it with the component's kind and index.
@@ -114,11 +113,24 @@ pub trait Scorer {
         costs: &mut [f64],
     ) -> Result<(), ComponentError>;
 
-    /// This scorer as Dynamo's default cost, when it is exactly that. A policy whose only
-    /// component is the default cost then admits and scores every row in one fused pass, with
-    /// the same results bit for bit (see [`DefaultCost`]). Every other scorer keeps this
-    /// default, `None`.
-    fn as_default_cost(&self) -> Option<&DefaultCost> {
+    /// A capability the engine asks for: steps 1 to 3 of a selection in one pass, for a policy
+    /// whose only component is this scorer (no filters, one scorer) and a request without a pin.
+    /// The pass admits every row that is valid ([`Row::is_valid`]) and a candidate
+    /// ([`Row::is_candidate`]), writes their host indices to `order[..m]` in host order and their
+    /// costs, exactly those [`Scorer::score`] would write, to `costs[..m]`, and returns `m`.
+    ///
+    /// Return `None` whenever the pass cannot vouch for that (an invalid row, no candidate, a case
+    /// it does not cover): the engine then runs the general steps, which overwrite what was
+    /// written here and report what is wrong. `order` and `costs` hold at least `rows.len()`
+    /// entries. The default is `None`: the general steps always run.
+    fn score_all_rows(
+        &self,
+        request: &RequestView<'_>,
+        rows: &[Row],
+        order: &mut [u32],
+        costs: &mut [f64],
+    ) -> Option<usize> {
+        let _ = (request, rows, order, costs);
         None
     }
 }
@@ -208,8 +220,14 @@ impl<T: Scorer + ?Sized> Scorer for &T {
     ) -> Result<(), ComponentError> {
         (**self).score(request, candidates, costs)
     }
-    fn as_default_cost(&self) -> Option<&DefaultCost> {
-        (**self).as_default_cost()
+    fn score_all_rows(
+        &self,
+        request: &RequestView<'_>,
+        rows: &[Row],
+        order: &mut [u32],
+        costs: &mut [f64],
+    ) -> Option<usize> {
+        (**self).score_all_rows(request, rows, order, costs)
     }
 }
 

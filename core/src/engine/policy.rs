@@ -341,7 +341,7 @@ impl<F: Filters, S: Scorers, P: Picker> Policy<F, S, P> {
         let leg = request.leg();
         // The union of every component's inputs, gathered as each is asked (as `Policy::inputs`).
         let (m, mut declared) = match self.fused(scratch, request, rows, sort) {
-            Some(declared) => (rows.len(), declared),
+            Some(fused) => fused,
             None => self.admit_and_score(scratch, request, rows, sort)?,
         };
         let order: &[u32] = &scratch.order[..m];
@@ -425,8 +425,6 @@ impl<F: Filters, S: Scorers, P: Picker> Policy<F, S, P> {
         let filter_inputs = self.filter_inputs(leg);
         let filter_view = RequestView::new(request, filter_inputs);
         let mut declared = filter_inputs;
-        // This writes `order`.
-        *scratch.identity = 0;
 
         // 1. Eligibility, overload and filters, in that order, per row.
         let m = if let Some(pin) = request.pin {
@@ -464,6 +462,7 @@ impl<F: Filters, S: Scorers, P: Picker> Policy<F, S, P> {
                 // Validity is folded without branching; the bad row is found below, only if any.
                 valid &= row.is_valid();
                 let is_eligible = row.taints.contains_all(required);
+                let is_candidate = row.is_candidate(required);
                 #[allow(
                     clippy::cast_possible_truncation,
                     reason = "rows.len() <= capacity <= u32::MAX"
@@ -471,7 +470,7 @@ impl<F: Filters, S: Scorers, P: Picker> Policy<F, S, P> {
                 {
                     order[m] = i as u32;
                 }
-                m += usize::from(is_eligible & !row.is_overloaded());
+                m += usize::from(is_candidate);
                 eligible += usize::from(is_eligible);
             }
             if !valid {
@@ -579,51 +578,35 @@ impl<F: Filters, S: Scorers, P: Picker> Policy<F, S, P> {
         Ok((m, declared))
     }
 
-    /// Steps 1 to 3 fused, for a policy that is exactly Dynamo's default cost with no filters
-    /// and a request without a pin, when every row is a candidate (see
-    /// [`DefaultCost::score_all_candidates`]); in seeded mode only when the rows are already in
-    /// canonical order. Returns the scorer's inputs (the only component's so far), or `None` when
-    /// the general steps must run instead; they then overwrite everything this wrote.
+    /// Steps 1 to 3 in one pass, when the policy's only component is a scorer that offers one
+    /// ([`Scorer::score_all_rows`]) and the request has no pin; in seeded mode only when the rows
+    /// are already in canonical order. Returns the candidate count and the scorer's inputs (the
+    /// only component's so far), or `None` when the general steps must run instead; they then
+    /// overwrite everything this wrote.
     fn fused(
         &self,
         scratch: &mut Scratch<'_>,
         request: &Request<'_>,
         rows: &[Row],
         sort: bool,
-    ) -> Option<WorkerInputs> {
+    ) -> Option<(usize, WorkerInputs)> {
         if request.pin.is_some() || !self.filters.is_empty() || self.scorers.len() != 1 {
             return None;
         }
         let scorer = self.scorers.get(0)?;
-        let cost = scorer.as_default_cost()?;
         if sort && !rows.windows(2).all(|pair| pair[0].worker < pair[1].worker) {
             return None;
         }
         let inputs = scorer.inputs(request.leg());
         let view = RequestView::new(request, inputs);
-        if !cost.score_all_candidates(&view, request.required_taints, rows, scratch.costs) {
-            return None;
-        }
-        // Every row is a candidate, in host order; the order left by the last fused selection
-        // is reused as far as it goes.
-        let known = *scratch.identity;
-        if rows.len() > known {
-            for (k, slot) in scratch.order[..rows.len()]
-                .iter_mut()
-                .enumerate()
-                .skip(known)
-            {
-                #[allow(
-                    clippy::cast_possible_truncation,
-                    reason = "rows.len() <= capacity <= u32::MAX"
-                )]
-                {
-                    *slot = k as u32;
-                }
-            }
-            *scratch.identity = rows.len();
-        }
-        Some(inputs)
+        let n = rows.len();
+        let m = scorer.score_all_rows(
+            &view,
+            rows,
+            &mut scratch.order[..n],
+            &mut scratch.costs[..n],
+        )?;
+        (m > 0 && m <= n).then_some((m, inputs))
     }
 
     /// Eligibility (required taints), host overload marks, then filters in order. An ineligible

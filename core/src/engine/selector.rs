@@ -28,9 +28,6 @@ pub struct Selector<const N: usize> {
     pub(super) unseeded: WyRand,
     pub(super) seeded: Option<(u64, WyRand)>,
     pub(super) last: Last,
-    /// `order[..identity]` holds `0, 1, 2, ...` (left by fused selections, so the next one need
-    /// not write it again).
-    pub(super) identity: usize,
 }
 
 /// Where the last successful selection left its per-candidate totals.
@@ -89,7 +86,6 @@ impl<const N: usize> Selector<N> {
                 candidates: 0,
                 in_first_column: false,
             },
-            identity: 0,
         }
     }
 
@@ -140,7 +136,6 @@ impl<const N: usize> Selector<N> {
             totals: &mut self.totals,
             work: &mut self.work,
             last: &mut self.last,
-            identity: &mut self.identity,
         }
     }
 }
@@ -153,6 +148,4 @@ pub(super) struct Scratch<'a> {
     pub(super) totals: &'a mut [f64],
     pub(super) work: &'a mut [f64],
     pub(super) last: &'a mut Last,
-    /// `order[..*identity]` holds `0, 1, 2, ...`.
-    pub(super) identity: &'a mut usize,
 }

@@ -18,7 +18,7 @@ use crate::engine::{
 };
 use crate::policies::{DefaultCost, DefaultPicker};
 use crate::vocab::{Candidates, RequestView, RowView, WorkerInputs};
-use crate::vocab::{Leg, Load, Speed, TaintSet};
+use crate::vocab::{Leg, Load, Row, Speed, TaintSet};
 
 /// Which load figure a load-based component reads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -510,7 +510,7 @@ struct FirstTokenRow {
 
 impl FirstTokenRow {
     #[inline]
-    fn read(row: &crate::vocab::Row, prompt: u64) -> Self {
+    fn read(row: &Row, prompt: u64) -> Self {
         use crate::vocab::RowFlags;
         let load = row.flags.contains(RowFlags::HAS_LOAD);
         let cached = if row.flags.contains(RowFlags::HAS_CACHE) {
@@ -530,7 +530,7 @@ impl FirstTokenRow {
 /// A scorer pass over the candidates' [`FirstTokenRow`]s and their speeds: the override, the
 /// row's, or the candidates' mean.
 struct FirstTokenRows<'a> {
-    rows: &'a [crate::vocab::Row],
+    rows: &'a [Row],
     order: &'a [u32],
     prompt: u64,
     fixed: Option<Speed>,
@@ -1074,10 +1074,18 @@ impl Scorer for WeightedScorer {
         Ok(())
     }
 
-    fn as_default_cost(&self) -> Option<&DefaultCost> {
-        // At weight 1 the costs are the default cost's own, so the fused pass applies.
+    fn score_all_rows(
+        &self,
+        request: &RequestView<'_>,
+        rows: &[Row],
+        order: &mut [u32],
+        costs: &mut [f64],
+    ) -> Option<usize> {
+        // At weight 1 the costs are the scorer's own, so its one-pass steps apply.
         if self.weight == 1.0 {
-            self.scorer.get().as_default_cost()
+            self.scorer
+                .get()
+                .score_all_rows(request, rows, order, costs)
         } else {
             None
         }

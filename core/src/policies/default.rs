@@ -302,8 +302,26 @@ impl Scorer for DefaultCost {
         Ok(())
     }
 
-    fn as_default_cost(&self) -> Option<&DefaultCost> {
-        Some(self)
+    fn score_all_rows(
+        &self,
+        request: &RequestView<'_>,
+        rows: &[Row],
+        order: &mut [u32],
+        costs: &mut [f64],
+    ) -> Option<usize> {
+        if !self.score_all_candidates(request, request.required_taints(), rows, costs) {
+            return None;
+        }
+        for (k, slot) in order.iter_mut().enumerate() {
+            #[allow(
+                clippy::cast_possible_truncation,
+                reason = "rows.len() <= capacity <= u32::MAX"
+            )]
+            {
+                *slot = k as u32;
+            }
+        }
+        Some(rows.len())
     }
 }
 

@@ -356,6 +356,27 @@ impl Row {
         self.flags.contains(RowFlags::OVERLOADED)
     }
 
+    /// Whether the row is a candidate for a request requiring `required`: it carries every
+    /// required taint (else it is ineligible) and the host has not marked it overloaded. The one
+    /// definition of admission before filters, computed without branches.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use libroute_core::{Row, RowFlags, TaintSet, WorkerKey};
+    /// let mut row = Row::new(WorkerKey::new(1, 0));
+    /// row.taints = TaintSet(0b01);
+    /// assert!(row.is_candidate(TaintSet(0b01)));
+    /// assert!(!row.is_candidate(TaintSet(0b11)));
+    /// row.flags = RowFlags::OVERLOADED;
+    /// assert!(!row.is_candidate(TaintSet::EMPTY));
+    /// ```
+    #[must_use]
+    #[inline]
+    pub const fn is_candidate(&self, required: TaintSet) -> bool {
+        self.taints.contains_all(required) & !self.is_overloaded()
+    }
+
     /// Whether [`Row::check`] would pass, computed without branches.
     ///
     /// # Examples
