@@ -247,6 +247,15 @@ fn round_robin_and_power_of_two_choices() {
         })
         .collect();
     assert_eq!(picks, [1, 2, 3, 1, 2, 3]);
+    // The position is the selector's, not the policy's: a second selector over the same policy
+    // starts at the first candidate, and the first one restarts when reset.
+    let pick =
+        |selector: &mut Selector<8>| p.select(selector, &REQ, &rows).unwrap().worker.worker_id;
+    let mut other = Selector::<8>::new();
+    assert_eq!([pick(&mut other), pick(&mut other)], [1, 2]);
+    assert_eq!(pick(&mut selector), 1);
+    selector.reset_seeded();
+    assert_eq!([pick(&mut selector), pick(&mut selector)], [1, 2]);
     // k = 3 of 3 candidates: always the least loaded; k = 1: uniformly random.
     let p = policy(r#"{"type": "power_of_two", "k": 3}"#);
     for _ in 0..20 {

@@ -95,7 +95,7 @@ fuzz_target!(|input: Input| {
         0 => BuiltinPicker::Default(DefaultPicker { temperature: input.picker.1 }),
         1 => BuiltinPicker::MinCost(MinCostPicker),
         2 => BuiltinPicker::Random(RandomPicker),
-        3 => BuiltinPicker::RoundRobin(RoundRobinPicker::default()),
+        3 => BuiltinPicker::RoundRobin(RoundRobinPicker),
         _ => BuiltinPicker::PowerOfChoices(PowerOfChoices { k: input.picker.2 }),
     };
     let policy: CatalogPolicy = Policy::new(filters, scorers, picker).unwrap().with_seed(input.seed);

@@ -164,13 +164,19 @@ pub struct Pick {
     pub reason: PickReason,
 }
 
-/// What a picker sees: the candidates and their summed costs, in the same order.
+/// What a picker sees: the candidates and their summed costs, in the same order, and how many
+/// picks the caller's selector has asked for before this one.
 #[derive(Debug, Clone, Copy)]
+#[non_exhaustive]
 pub struct PickInput<'a> {
     /// The candidates, under the picker's declaration.
     pub candidates: Candidates<'a>,
     /// Summed, finite cost per candidate.
     pub costs: &'a [f64],
+    /// Picks made with this [`crate::Selector`] before this one (since it was made or
+    /// [`crate::Selector::reset_seeded`]): the position of a picker that takes turns, kept by the
+    /// caller so that the picker stays an immutable value.
+    pub turn: u64,
 }
 
 /// Chooses one candidate.

@@ -365,7 +365,9 @@ impl<F: Filters, S: Scorers, P: Picker> Policy<F, S, P> {
             let input = PickInput {
                 candidates: Candidates::new(picker_view, rows, order),
                 costs: totals,
+                turn: *scratch.turn,
             };
+            *scratch.turn = scratch.turn.wrapping_add(1);
             let pick = self
                 .picker
                 .pick(&input, &mut scratch.work[..m], rng)

@@ -28,6 +28,8 @@ pub struct Selector<const N: usize> {
     pub(super) unseeded: WyRand,
     pub(super) seeded: Option<(u64, WyRand)>,
     pub(super) last: Last,
+    /// Picks asked for so far ([`crate::PickInput::turn`]).
+    pub(super) turn: u64,
 }
 
 /// Where the last successful selection left its per-candidate totals.
@@ -86,6 +88,7 @@ impl<const N: usize> Selector<N> {
                 candidates: 0,
                 in_first_column: false,
             },
+            turn: 0,
         }
     }
 
@@ -95,9 +98,11 @@ impl<const N: usize> Selector<N> {
         N
     }
 
-    /// Restarts the seeded stream: the next seeded selection draws as if it were the first.
+    /// Restarts the seeded stream and the turn count ([`crate::PickInput::turn`]): the next
+    /// selection draws and takes turns as if it were the first.
     pub fn reset_seeded(&mut self) {
         self.seeded = None;
+        self.turn = 0;
     }
 
     /// Every candidate of the last successful selection, in the order the picker saw them: the
@@ -136,6 +141,7 @@ impl<const N: usize> Selector<N> {
             totals: &mut self.totals,
             work: &mut self.work,
             last: &mut self.last,
+            turn: &mut self.turn,
         }
     }
 }
@@ -148,4 +154,5 @@ pub(super) struct Scratch<'a> {
     pub(super) totals: &'a mut [f64],
     pub(super) work: &'a mut [f64],
     pub(super) last: &'a mut Last,
+    pub(super) turn: &'a mut u64,
 }

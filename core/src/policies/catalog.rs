@@ -9,8 +9,6 @@
 //!
 //! Each component's documentation gives its formula, defaults and the system it comes from.
 
-use core::sync::atomic::{AtomicU32, Ordering};
-
 use crate::engine::MAX_SCORERS;
 use crate::engine::rng::{self, RandomSource};
 use crate::engine::{
@@ -871,26 +869,11 @@ impl Picker for RandomPicker {
 }
 
 /// Round-robin over the candidates in the order the picker sees them (sorted by worker when the
-/// policy is seeded): the `n`-th selection through this policy takes candidate `n mod m`. The
-/// counter is shared by every thread selecting with the policy.
-#[derive(Debug, Default)]
-pub struct RoundRobinPicker {
-    next: AtomicU32,
-}
-
-impl Clone for RoundRobinPicker {
-    fn clone(&self) -> Self {
-        Self {
-            next: AtomicU32::new(self.next.load(Ordering::Relaxed)),
-        }
-    }
-}
-
-impl PartialEq for RoundRobinPicker {
-    fn eq(&self, _other: &Self) -> bool {
-        true
-    }
-}
+/// policy is seeded): the `n`-th pick made with a [`crate::Selector`] takes candidate `n mod m`
+/// ([`PickInput::turn`]). The position is the caller's: each selector (each thread) takes its
+/// own turns, and the picker itself is an immutable value.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RoundRobinPicker;
 
 impl Picker for RoundRobinPicker {
     fn inputs(&self, _leg: Leg) -> WorkerInputs {
@@ -903,9 +886,10 @@ impl Picker for RoundRobinPicker {
         _work: &mut [f64],
         _rng: &mut dyn RandomSource,
     ) -> Result<Pick, ComponentError> {
-        let n = self.next.fetch_add(1, Ordering::Relaxed) as usize;
+        let m = input.costs.len() as u64;
+        #[allow(clippy::cast_possible_truncation, reason = "index < m <= usize::MAX")]
         Ok(Pick {
-            index: n % input.costs.len(),
+            index: (input.turn % m) as usize,
             reason: PickReason::Custom,
         })
     }

@@ -452,7 +452,7 @@ impl PickerConfig {
                 BuiltinPicker::Default(DefaultPicker { temperature })
             }
             PickerConfig::Random => BuiltinPicker::Random(RandomPicker),
-            PickerConfig::RoundRobin => BuiltinPicker::RoundRobin(RoundRobinPicker::default()),
+            PickerConfig::RoundRobin => BuiltinPicker::RoundRobin(RoundRobinPicker),
             PickerConfig::PowerOfChoices { k } => {
                 let k = k.unwrap_or(2);
                 if k == 0 {
