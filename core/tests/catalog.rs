@@ -2,7 +2,7 @@
 //! candidate, all overloaded, empty overlap), the burst test, and configuration rejection.
 
 use libroute_core::catalog::*;
-use libroute_core::catalog_config::{PolicyConfig, PolicySetConfig};
+use libroute_core::catalog_config::{CatalogError, PolicyConfig, PolicySetConfig, Range, parse};
 use libroute_core::*;
 
 fn row(id: u64, dev: u32, requests: u64) -> Row {
@@ -256,6 +256,10 @@ fn round_robin_and_power_of_two_choices() {
     assert_eq!(pick(&mut selector), 1);
     selector.reset_seeded();
     assert_eq!([pick(&mut selector), pick(&mut selector)], [1, 2]);
+    // Picks of other policies with the same selector do not advance the turn.
+    let least = policy(r#"{"type": "least_loaded"}"#);
+    least.select(&mut selector, &REQ, &rows).unwrap();
+    assert_eq!(pick(&mut selector), 3);
     // k = 3 of 3 candidates: always the least loaded; k = 1: uniformly random.
     let p = policy(r#"{"type": "power_of_two", "k": 3}"#);
     for _ in 0..20 {
@@ -357,59 +361,97 @@ fn the_default_type_is_the_default_policy_bit_for_bit() {
     }
 }
 
-fn rejected(json: &str) -> String {
-    match serde_json::from_str::<PolicyConfig>(json) {
-        Err(e) => e.to_string(),
-        Ok(config) => config.build().unwrap_err().to_string(),
+fn rejected(json: &str) -> CatalogError {
+    match parse::<PolicyConfig>(json) {
+        Err(e) => e,
+        Ok(config) => config.build().unwrap_err(),
     }
 }
 
 #[test]
 fn configuration_errors_name_what_is_wrong() {
+    // Unknown names are values naming the key or type and what exists, not parser text.
     let unknown_type = rejected(r#"{"type": "fastest"}"#);
     assert!(
-        unknown_type.contains("unknown variant `fastest`"),
-        "{unknown_type}"
+        matches!(&unknown_type, CatalogError::UnknownType { name, expected }
+            if name == "fastest" && expected.contains(&"dynamo_two_tier")),
+        "{unknown_type:?}"
     );
+    assert!(unknown_type.is_unknown_name());
     let unknown_param = rejected(r#"{"type": "dynamo_two_tier", "spred": 3}"#);
     assert!(
-        unknown_param.contains("unknown field `spred`"),
-        "{unknown_param}"
+        matches!(&unknown_param, CatalogError::UnknownKey { key, expected }
+            if key == "spred" && expected.contains(&"spread")),
+        "{unknown_param:?}"
+    );
+    assert_eq!(
+        unknown_param.to_string(),
+        "unknown key \"spred\", expected one of `spread`, `ratio`, `coverage`, `filters`, `seed`"
     );
     let bad_value = rejected(r#"{"type": "dynamo_two_tier", "coverage": 1.5}"#);
-    assert_eq!(bad_value, "coverage = 1.5: must be within [0, 1]");
     assert_eq!(
-        rejected(r#"{"type": "power_of_two", "k": 0}"#),
+        bad_value,
+        CatalogError::OutOfRange {
+            parameter: "coverage",
+            value: 1.5,
+            range: Range::Within(0.0, 1.0)
+        }
+    );
+    assert_eq!(
+        bad_value.to_string(),
+        "coverage = 1.5: must be within [0, 1]"
+    );
+    assert_eq!(
+        rejected(r#"{"type": "power_of_two", "k": 0}"#).to_string(),
         "k = 0: must be at least 1"
     );
+    let shape = rejected(r#"{"type": "composed", "scorers": [{"type": "queue", "weight": "x"}]}"#);
     assert!(
-        rejected(r#"{"type": "composed", "scorers": [{"type": "queue", "weight": "x"}]}"#)
-            .contains("invalid type")
+        matches!(&shape, CatalogError::Shape { message } if message.contains("invalid type")),
+        "{shape:?}"
     );
+    assert!(!shape.is_unknown_name());
+    assert!(matches!(
+        rejected(r#"{"type": "composed", "#),
+        CatalogError::Json { line: 1, .. }
+    ));
     assert_eq!(
         rejected(
             r#"{"type": "composed", "filters": [{"type": "require_taints", "taints": [64]}]}"#
         ),
-        "require_taints: taint 64 is not below 64"
+        CatalogError::Taint { index: 64 }
     );
     let too_many = format!(
         r#"{{"type": "composed", "scorers": [{}]}}"#,
         [r#"{"type": "queue"}"#; 9].join(",")
     );
-    assert_eq!(rejected(&too_many), "9 scorers, at most 8");
-    assert!(
-        rejected(r#"{"type": "default", "temprature": 1}"#).contains("unknown field `temprature`")
-    );
     assert_eq!(
-        rejected(r#"{"type": "default", "temperature": -1}"#),
+        rejected(&too_many),
+        CatalogError::TooMany {
+            what: "scorers",
+            given: 9,
+            most: 8
+        }
+    );
+    assert_eq!(rejected(&too_many).to_string(), "9 scorers, at most 8");
+    assert!(matches!(
+        rejected(r#"{"type": "default", "temprature": 1}"#),
+        CatalogError::UnknownKey { key, .. } if key == "temprature"
+    ));
+    assert_eq!(
+        rejected(r#"{"type": "default", "temperature": -1}"#).to_string(),
         "invalid temperature = -1: must be >= 0"
     );
+    assert!(matches!(
+        rejected(r#"{"type": "composed", "scorers": [{"type": "default", "knobs": {"seed": 1}}]}"#),
+        CatalogError::MisplacedKnob { knob: "seed" }
+    ));
 }
 
-fn set_error(json: &str) -> String {
-    match serde_json::from_str::<PolicySetConfig>(json) {
-        Err(e) => e.to_string(),
-        Ok(config) => config.build().unwrap_err().to_string(),
+fn set_error(json: &str) -> CatalogError {
+    match parse::<PolicySetConfig>(json) {
+        Err(e) => e,
+        Ok(config) => config.build().unwrap_err(),
     }
 }
 
@@ -434,6 +476,13 @@ fn named_instances_per_role() {
     assert_eq!(s.worker.worker_id, 2);
     assert_eq!(
         set_error(r#"{"roles": {"decode": "nope"}}"#),
+        CatalogError::UnknownInstance {
+            role: "decode",
+            name: "nope".into()
+        }
+    );
+    assert_eq!(
+        set_error(r#"{"roles": {"decode": "nope"}}"#).to_string(),
         "role decode names instance \"nope\", which is not defined"
     );
     assert_eq!(
@@ -441,15 +490,24 @@ fn named_instances_per_role() {
             r#"{"instances": [{"name": "a", "policy": {"type": "random"}},
                                {"name": "a", "policy": {"type": "random"}}]}"#
         ),
-        "two instances are named \"a\""
+        CatalogError::DuplicateName { name: "a".into() }
     );
+    let inside = set_error(
+        r#"{"instances": [{"name": "x", "policy": {"type": "llm_d", "host_credit": 2}}]}"#,
+    );
+    assert!(matches!(&inside, CatalogError::InInstance { instance, .. } if instance == "x"));
+    assert!(matches!(
+        inside.innermost(),
+        CatalogError::OutOfRange { value, .. } if *value == 2.0
+    ));
     assert_eq!(
-        set_error(
-            r#"{"instances": [{"name": "x", "policy": {"type": "llm_d", "host_credit": 2}}]}"#
-        ),
+        inside.to_string(),
         "instance \"x\": host = 2: must be within [0, 1]"
     );
-    assert!(set_error(r#"{"roles": {"decoder": "x"}}"#).contains("unknown field `decoder`"));
+    assert!(matches!(
+        set_error(r#"{"roles": {"decoder": "x"}}"#),
+        CatalogError::UnknownKey { key, .. } if key == "decoder"
+    ));
 }
 
 #[test]

@@ -37,7 +37,7 @@ use std::ffi::{c_char, c_void};
 use std::mem::{align_of, offset_of, size_of};
 
 use libroute_core::catalog::CatalogPolicy;
-use libroute_core::catalog_config::{PolicyConfig, PolicySetConfig};
+use libroute_core::catalog_config::{self, CatalogError, PolicyConfig, PolicySetConfig};
 use libroute_core::{
     BlockRange, Candidates, ComponentError, DefaultCost, DefaultPicker, DefaultPolicy,
     DefaultPolicyConfig, Disposition, Explanation, Filter, Filters, Leg, MAX_SCORERS, PickReason,
@@ -633,7 +633,7 @@ fn parse_config(json: &[u8]) -> Result<DefaultPolicyConfig, libroute_status> {
 }
 
 /// Parses a configuration; errors are recorded with their detail (an unknown key or type gives
-/// `UNKNOWN_KEY`, anything else `INVALID_JSON`).
+/// `UNKNOWN_KEY`, anything else `INVALID_JSON`), classified by the error's kind, not its text.
 fn parse_json<T: serde::de::DeserializeOwned>(json: &[u8]) -> Result<T, libroute_status> {
     let text = std::str::from_utf8(json).map_err(|e| {
         fail(
@@ -641,16 +641,23 @@ fn parse_json<T: serde::de::DeserializeOwned>(json: &[u8]) -> Result<T, libroute
             format_args!("configuration is not UTF-8: {e}"),
         )
     })?;
-    serde_json::from_str::<T>(text).map_err(|e| {
-        let message = e.to_string();
-        let status =
-            if message.starts_with("unknown field") || message.starts_with("unknown variant") {
-                libroute_status::UnknownKey
-            } else {
-                libroute_status::InvalidJson
-            };
-        fail(status, format_args!("configuration: {message}"))
+    catalog_config::parse::<T>(text).map_err(|e| {
+        let status = if e.is_unknown_name() {
+            libroute_status::UnknownKey
+        } else {
+            libroute_status::InvalidJson
+        };
+        fail(status, format_args!("configuration: {e}"))
     })
+}
+
+/// The status of a catalog configuration that parsed but does not build: too many components,
+/// or a value out of range.
+fn catalog_status(e: &CatalogError) -> libroute_status {
+    match e.innermost() {
+        CatalogError::TooMany { .. } => libroute_status::TooManyComponents,
+        _ => libroute_status::InvalidKnob,
+    }
 }
 
 /// Whether `json` is a catalog policy: an object with a `"type"` key (the default policy's knobs
@@ -681,7 +688,7 @@ fn catalog_policy(json: &[u8]) -> Result<Box<AbiPolicy>, libroute_status> {
     let config: PolicyConfig = parse_json(json)?;
     let policy = config
         .build()
-        .map_err(|e| fail(libroute_status::InvalidKnob, format_args!("policy: {e}")))?;
+        .map_err(|e| fail(catalog_status(&e), format_args!("policy: {e}")))?;
     Ok(Box::new(AbiPolicy::Catalog(Box::new(policy))))
 }
 
@@ -1537,10 +1544,7 @@ pub unsafe extern "C" fn libroute_policy_set_new(
         let set = match config.build() {
             Ok(set) => set,
             Err(e) => {
-                return fail(
-                    libroute_status::InvalidKnob,
-                    format_args!("policy set: {e}"),
-                );
+                return fail(catalog_status(&e), format_args!("policy set: {e}"));
             }
         };
         let roles = [Role::Prefill, Role::Decode, Role::Aggregated, Role::Encode];

@@ -173,9 +173,11 @@ pub struct PickInput<'a> {
     pub candidates: Candidates<'a>,
     /// Summed, finite cost per candidate.
     pub costs: &'a [f64],
-    /// Picks made with this [`crate::Selector`] before this one (since it was made or
-    /// [`crate::Selector::reset_seeded`]): the position of a picker that takes turns, kept by the
-    /// caller so that the picker stays an immutable value.
+    /// Picks of turn-taking pickers ([`Picker::takes_turns`]) made with this
+    /// [`crate::Selector`] before this one, since it was made or
+    /// [`crate::Selector::reset_seeded`]: the position of such a picker, kept by the caller so
+    /// that the picker stays an immutable value. Every turn-taking policy a selector runs shares
+    /// the count; give each its own selector to keep their positions apart.
     pub turn: u64,
 }
 
@@ -199,6 +201,13 @@ pub trait Picker {
         work: &mut [f64],
         rng: &mut dyn RandomSource,
     ) -> Result<Pick, ComponentError>;
+
+    /// Whether this picker takes turns ([`PickInput::turn`]): only such picks advance the
+    /// selector's turn count, so a selector that also runs other policies does not skip a
+    /// turn-taking one's positions. The default is `false`.
+    fn takes_turns(&self) -> bool {
+        false
+    }
 }
 
 impl<T: Filter + ?Sized> Filter for &T {
@@ -248,6 +257,9 @@ impl<T: Picker + ?Sized> Picker for &T {
         rng: &mut dyn RandomSource,
     ) -> Result<Pick, ComponentError> {
         (**self).pick(input, work, rng)
+    }
+    fn takes_turns(&self) -> bool {
+        (**self).takes_turns()
     }
 }
 

@@ -367,7 +367,9 @@ impl<F: Filters, S: Scorers, P: Picker> Policy<F, S, P> {
                 costs: totals,
                 turn: *scratch.turn,
             };
-            *scratch.turn = scratch.turn.wrapping_add(1);
+            if self.picker.takes_turns() {
+                *scratch.turn = scratch.turn.wrapping_add(1);
+            }
             let pick = self
                 .picker
                 .pick(&input, &mut scratch.work[..m], rng)

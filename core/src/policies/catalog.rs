@@ -869,9 +869,9 @@ impl Picker for RandomPicker {
 }
 
 /// Round-robin over the candidates in the order the picker sees them (sorted by worker when the
-/// policy is seeded): the `n`-th pick made with a [`crate::Selector`] takes candidate `n mod m`
-/// ([`PickInput::turn`]). The position is the caller's: each selector (each thread) takes its
-/// own turns, and the picker itself is an immutable value.
+/// policy is seeded): the `n`-th round-robin pick made with a [`crate::Selector`] takes
+/// candidate `n mod m` ([`PickInput::turn`]). The position is the caller's: each selector (each
+/// thread) takes its own turns, and the picker itself is an immutable value.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct RoundRobinPicker;
 
@@ -892,6 +892,10 @@ impl Picker for RoundRobinPicker {
             index: (input.turn % m) as usize,
             reason: PickReason::Custom,
         })
+    }
+
+    fn takes_turns(&self) -> bool {
+        true
     }
 }
 
@@ -1115,6 +1119,10 @@ impl Picker for BuiltinPicker {
         rng: &mut dyn RandomSource,
     ) -> Result<Pick, ComponentError> {
         self.get().pick(input, work, rng)
+    }
+
+    fn takes_turns(&self) -> bool {
+        self.get().takes_turns()
     }
 }
 

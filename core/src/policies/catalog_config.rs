@@ -27,13 +27,17 @@
 //! Unknown types and parameters are rejected by the parser, naming them; invalid values by
 //! [`PolicyConfig::build`], naming the parameter and the instance.
 
-use std::string::{String, ToString};
+use std::boxed::Box;
+use std::fmt;
+use std::string::String;
 use std::vec::Vec;
-use std::{fmt, format};
 
 use serde::Deserialize;
 
-use crate::engine::{MAX_SCORERS, Policy};
+use super::json::names;
+pub use super::json::parse;
+use crate::engine::{MAX_SCORERS, Policy, PolicyError};
+use crate::policies::ConfigError;
 use crate::policies::DefaultPicker;
 use crate::policies::DefaultPolicyConfig;
 use crate::policies::catalog::{
@@ -45,30 +49,209 @@ use crate::policies::catalog::{
 };
 use crate::vocab::{Role, Speed, Taint, TaintSet};
 
-/// Why a catalog configuration was rejected: which instance (when it has a name) and what.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CatalogError {
-    /// The instance's name, when the error is inside a named instance.
-    pub instance: Option<String>,
-    /// What is wrong, naming the parameter.
-    pub message: String,
+/// Why a catalog configuration was rejected, naming the key, parameter or instance.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum CatalogError {
+    /// The text is not JSON.
+    Json {
+        /// Line of the error, from 1.
+        line: usize,
+        /// Column of the error, from 1.
+        column: usize,
+        /// The parser's description.
+        message: String,
+    },
+    /// A key the object does not take.
+    UnknownKey {
+        /// The key given.
+        key: String,
+        /// The keys the object takes.
+        expected: &'static [&'static str],
+    },
+    /// A `"type"` (or other variant name) that does not exist.
+    UnknownType {
+        /// The name given.
+        name: String,
+        /// The names that exist.
+        expected: &'static [&'static str],
+    },
+    /// JSON of the wrong shape: a value of the wrong type, a missing key.
+    Shape {
+        /// What was expected and found.
+        message: String,
+    },
+    /// A parameter outside its range.
+    OutOfRange {
+        /// The parameter (`coverage`, `speed.base_ms`, `k`).
+        parameter: &'static str,
+        /// The value given.
+        value: f64,
+        /// The range it must be in.
+        range: Range,
+    },
+    /// An invalid default-cost knob (in a `default` policy or scorer).
+    Knob(ConfigError),
+    /// `temperature` or `seed` given to a `default` scorer, where they mean nothing: they belong
+    /// to the picker and the policy.
+    MisplacedKnob {
+        /// The knob.
+        knob: &'static str,
+    },
+    /// A taint index that is not below 64.
+    Taint {
+        /// The index given.
+        index: u32,
+    },
+    /// More items than a fixed-capacity list holds.
+    TooMany {
+        /// What (`scorers`, `filters`, `allow_list workers`).
+        what: &'static str,
+        /// How many were given.
+        given: usize,
+        /// How many fit.
+        most: usize,
+    },
+    /// An instance with an empty name.
+    EmptyName,
+    /// Two instances with the same name.
+    DuplicateName {
+        /// The name.
+        name: String,
+    },
+    /// A role assigned to an instance that is not defined.
+    UnknownInstance {
+        /// The role (`prefill`, `decode`, `aggregated`, `encode`).
+        role: &'static str,
+        /// The instance named.
+        name: String,
+    },
+    /// An error inside a named instance.
+    InInstance {
+        /// The instance's name.
+        instance: String,
+        /// What is wrong in it.
+        error: Box<CatalogError>,
+    },
+}
+
+/// The range a parameter must be in ([`CatalogError::OutOfRange`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+#[non_exhaustive]
+pub enum Range {
+    /// Any finite value.
+    Finite,
+    /// Finite and at least this.
+    AtLeast(f64),
+    /// Finite and within `[lo, hi]`.
+    Within(f64, f64),
+}
+
+impl CatalogError {
+    /// The error inside any [`CatalogError::InInstance`] wrappers.
+    #[must_use]
+    pub fn innermost(&self) -> &CatalogError {
+        match self {
+            CatalogError::InInstance { error, .. } => error.innermost(),
+            other => other,
+        }
+    }
+
+    /// Whether the configuration names a key or type that does not exist (C's
+    /// `LIBROUTE_UNKNOWN_KEY`), as opposed to malformed JSON or an invalid value.
+    #[must_use]
+    pub fn is_unknown_name(&self) -> bool {
+        matches!(
+            self.innermost(),
+            CatalogError::UnknownKey { .. } | CatalogError::UnknownType { .. }
+        )
+    }
 }
 
 impl fmt::Display for CatalogError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match &self.instance {
-            Some(name) => write!(f, "instance {name:?}: {}", self.message),
-            None => f.write_str(&self.message),
+        match self {
+            CatalogError::Json {
+                line,
+                column,
+                message,
+            } => write!(f, "not JSON at line {line}, column {column}: {message}"),
+            CatalogError::UnknownKey { key, expected } => {
+                write!(
+                    f,
+                    "unknown key {key:?}, expected one of {}",
+                    names(expected)
+                )
+            }
+            CatalogError::UnknownType { name, expected } => {
+                write!(
+                    f,
+                    "unknown type {name:?}, expected one of {}",
+                    names(expected)
+                )
+            }
+            CatalogError::Shape { message } => f.write_str(message),
+            CatalogError::OutOfRange {
+                parameter,
+                value,
+                range,
+            } => {
+                write!(f, "{parameter} = {value}: ")?;
+                match range {
+                    Range::Finite => f.write_str("must be finite"),
+                    Range::AtLeast(lo) => write!(f, "must be at least {lo}"),
+                    Range::Within(lo, hi) => write!(f, "must be within [{lo}, {hi}]"),
+                }
+            }
+            CatalogError::Knob(e) => e.fmt(f),
+            CatalogError::MisplacedKnob { knob } => write!(
+                f,
+                "default scorer: {knob} belongs to the picker or the policy, not a scorer"
+            ),
+            CatalogError::Taint { index } => {
+                write!(f, "require_taints: taint {index} is not below 64")
+            }
+            CatalogError::TooMany { what, given, most } => {
+                write!(f, "{given} {what}, at most {most}")
+            }
+            CatalogError::EmptyName => f.write_str("an instance has an empty name"),
+            CatalogError::DuplicateName { name } => write!(f, "two instances are named {name:?}"),
+            CatalogError::UnknownInstance { role, name } => write!(
+                f,
+                "role {role} names instance {name:?}, which is not defined"
+            ),
+            CatalogError::InInstance { instance, error } => {
+                write!(f, "instance {instance:?}: {error}")
+            }
         }
     }
 }
 
-impl std::error::Error for CatalogError {}
+impl From<ConfigError> for CatalogError {
+    fn from(e: ConfigError) -> Self {
+        CatalogError::Knob(e)
+    }
+}
 
-fn invalid(message: impl Into<String>) -> CatalogError {
-    CatalogError {
-        instance: None,
-        message: message.into(),
+impl From<PolicyError> for CatalogError {
+    fn from(e: PolicyError) -> Self {
+        match e {
+            PolicyError::TooManyScorers { given } => CatalogError::TooMany {
+                what: "scorers",
+                given,
+                most: MAX_SCORERS,
+            },
+        }
+    }
+}
+
+impl std::error::Error for CatalogError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            CatalogError::Knob(e) => Some(e),
+            CatalogError::InInstance { error, .. } => Some(error.as_ref()),
+            _ => None,
+        }
     }
 }
 
@@ -106,9 +289,7 @@ impl FilterConfig {
             FilterConfig::RequireTaints { taints } => {
                 let mut set = TaintSet::EMPTY;
                 for &t in taints {
-                    let taint = Taint::new(t).ok_or_else(|| {
-                        invalid(format!("require_taints: taint {t} is not below 64"))
-                    })?;
+                    let taint = Taint::new(t).ok_or(CatalogError::Taint { index: t })?;
                     set = set.with(taint);
                 }
                 BuiltinFilter::RequireTaints(RequireTaints(set))
@@ -123,11 +304,12 @@ impl FilterConfig {
                 max_requests: *max_requests,
             }),
             FilterConfig::AllowList { workers } => {
-                BuiltinFilter::AllowList(AllowList::new(workers).ok_or_else(|| {
-                    invalid(format!(
-                        "allow_list: {} workers, at most {MAX_ALLOWED}",
-                        workers.len()
-                    ))
+                BuiltinFilter::AllowList(AllowList::new(workers).ok_or({
+                    CatalogError::TooMany {
+                        what: "allow_list workers",
+                        given: workers.len(),
+                        most: MAX_ALLOWED,
+                    }
                 })?)
             }
         })
@@ -242,30 +424,35 @@ struct SglangParams {
     match_threshold: Option<f64>,
 }
 
-fn finite(name: &str, value: f64) -> Result<f64, CatalogError> {
-    if value.is_finite() {
+/// `value` if it lies in `range`, else the error naming `parameter`.
+fn check(parameter: &'static str, value: f64, range: Range) -> Result<f64, CatalogError> {
+    let ok = value.is_finite()
+        && match range {
+            Range::Finite => true,
+            Range::AtLeast(lo) => value >= lo,
+            Range::Within(lo, hi) => (lo..=hi).contains(&value),
+        };
+    if ok {
         Ok(value)
     } else {
-        Err(invalid(format!("{name} = {value}: must be finite")))
+        Err(CatalogError::OutOfRange {
+            parameter,
+            value,
+            range,
+        })
     }
 }
 
-fn within(name: &str, value: f64, lo: f64, hi: f64) -> Result<f64, CatalogError> {
-    if value.is_finite() && (lo..=hi).contains(&value) {
-        Ok(value)
-    } else {
-        Err(invalid(format!(
-            "{name} = {value}: must be within [{lo}, {hi}]"
-        )))
-    }
+fn finite(parameter: &'static str, value: f64) -> Result<f64, CatalogError> {
+    check(parameter, value, Range::Finite)
 }
 
-fn at_least(name: &str, value: f64, lo: f64) -> Result<f64, CatalogError> {
-    if value.is_finite() && value >= lo {
-        Ok(value)
-    } else {
-        Err(invalid(format!("{name} = {value}: must be at least {lo}")))
-    }
+fn within(parameter: &'static str, value: f64, lo: f64, hi: f64) -> Result<f64, CatalogError> {
+    check(parameter, value, Range::Within(lo, hi))
+}
+
+fn at_least(parameter: &'static str, value: f64, lo: f64) -> Result<f64, CatalogError> {
+    check(parameter, value, Range::AtLeast(lo))
 }
 
 impl TwoTierParams {
@@ -304,11 +491,15 @@ impl ScorerConfig {
         let (weight, scorer) = match self {
             ScorerConfig::Default { weight, knobs } => {
                 if knobs.temperature.is_some() || knobs.seed.is_some() {
-                    return Err(invalid(
-                        "default scorer: temperature and seed belong to the picker and the policy",
-                    ));
+                    return Err(CatalogError::MisplacedKnob {
+                        knob: if knobs.temperature.is_some() {
+                            "temperature"
+                        } else {
+                            "seed"
+                        },
+                    });
                 }
-                let knobs = knobs.knobs().map_err(|e| invalid(e.to_string()))?;
+                let knobs = knobs.knobs().map_err(CatalogError::from)?;
                 (*weight, BuiltinScorer::Default(knobs.cost))
             }
             ScorerConfig::LeastLoaded { weight, metric } => (
@@ -362,9 +553,11 @@ impl ScorerConfig {
                 capacity_blocks,
             } => {
                 if *capacity_blocks == 0 {
-                    return Err(invalid(
-                        "kv_utilization: capacity_blocks must be at least 1",
-                    ));
+                    return Err(CatalogError::OutOfRange {
+                        parameter: "kv_utilization.capacity_blocks",
+                        value: 0.0,
+                        range: Range::AtLeast(1.0),
+                    });
                 }
                 (
                     *weight,
@@ -445,9 +638,11 @@ impl PickerConfig {
             PickerConfig::MinCost => BuiltinPicker::MinCost(MinCostPicker),
             PickerConfig::Softmax { temperature } => {
                 if temperature.is_nan() || temperature < 0.0 {
-                    return Err(invalid(format!(
-                        "temperature = {temperature}: must be >= 0"
-                    )));
+                    return Err(CatalogError::OutOfRange {
+                        parameter: "temperature",
+                        value: temperature,
+                        range: Range::AtLeast(0.0),
+                    });
                 }
                 BuiltinPicker::Default(DefaultPicker { temperature })
             }
@@ -456,7 +651,11 @@ impl PickerConfig {
             PickerConfig::PowerOfChoices { k } => {
                 let k = k.unwrap_or(2);
                 if k == 0 {
-                    return Err(invalid("k = 0: must be at least 1"));
+                    return Err(CatalogError::OutOfRange {
+                        parameter: "k",
+                        value: 0.0,
+                        range: Range::AtLeast(1.0),
+                    });
                 }
                 BuiltinPicker::PowerOfChoices(PowerOfChoices { k })
             }
@@ -625,8 +824,11 @@ fn assemble(
 ) -> Result<CatalogPolicy, CatalogError> {
     let mut s = List::<WeightedScorer, MAX_SCORERS>::new();
     for config in scorers {
-        s.push(config.build()?)
-            .map_err(|_| invalid(format!("{} scorers, at most {MAX_SCORERS}", scorers.len())))?;
+        s.push(config.build()?).map_err(|_| CatalogError::TooMany {
+            what: "scorers",
+            given: scorers.len(),
+            most: MAX_SCORERS,
+        })?;
     }
     assemble_built(filters, &s, picker, seed)
 }
@@ -639,10 +841,13 @@ fn assemble_built(
 ) -> Result<CatalogPolicy, CatalogError> {
     let mut f = List::<BuiltinFilter, MAX_FILTERS>::new();
     for config in filters {
-        f.push(config.build()?)
-            .map_err(|_| invalid(format!("{} filters, at most {MAX_FILTERS}", filters.len())))?;
+        f.push(config.build()?).map_err(|_| CatalogError::TooMany {
+            what: "filters",
+            given: filters.len(),
+            most: MAX_FILTERS,
+        })?;
     }
-    let policy = Policy::new(f, *scorers, picker.build()?).map_err(|e| invalid(e.to_string()))?;
+    let policy = Policy::new(f, *scorers, picker.build()?).map_err(CatalogError::from)?;
     Ok(policy.with_seed(seed))
 }
 
@@ -656,7 +861,7 @@ impl PolicyConfig {
     pub fn build(&self) -> Result<CatalogPolicy, CatalogError> {
         match self {
             PolicyConfig::Default(knobs) => {
-                let knobs = knobs.knobs().map_err(|e| invalid(e.to_string()))?;
+                let knobs = knobs.knobs().map_err(CatalogError::from)?;
                 let scorer = WeightedScorer {
                     scorer: BuiltinScorer::Default(knobs.cost),
                     weight: 1.0,
@@ -670,7 +875,7 @@ impl PolicyConfig {
                         temperature: knobs.temperature,
                     }),
                 )
-                .map_err(|e| invalid(e.to_string()))?
+                .map_err(CatalogError::from)?
                 .with_seed(knobs.seed))
             }
             PolicyConfig::RoundRobin { filters, seed } => {
@@ -890,18 +1095,20 @@ impl PolicySetConfig {
         let mut built: Vec<(&str, CatalogPolicy)> = Vec::new();
         for instance in &self.instances {
             if instance.name.is_empty() {
-                return Err(invalid("an instance has an empty name"));
+                return Err(CatalogError::EmptyName);
             }
             if built.iter().any(|(n, _)| *n == instance.name) {
-                return Err(invalid(format!(
-                    "two instances are named {:?}",
-                    instance.name
-                )));
+                return Err(CatalogError::DuplicateName {
+                    name: instance.name.clone(),
+                });
             }
-            let policy = instance.policy.build().map_err(|mut e| {
-                e.instance = Some(instance.name.clone());
-                e
-            })?;
+            let policy = instance
+                .policy
+                .build()
+                .map_err(|error| CatalogError::InInstance {
+                    instance: instance.name.clone(),
+                    error: Box::new(error),
+                })?;
             built.push((&instance.name, policy));
         }
         let default = PolicyConfig::Default(DefaultPolicyConfig::default()).build()?;
@@ -915,10 +1122,10 @@ impl PolicySetConfig {
                 continue;
             };
             let (_, policy) = built.iter().find(|(n, _)| n == name).ok_or_else(|| {
-                invalid(format!(
-                    "role {} names instance {name:?}, which is not defined",
-                    ROLE_NAMES[slot]
-                ))
+                CatalogError::UnknownInstance {
+                    role: ROLE_NAMES[slot],
+                    name: name.clone(),
+                }
             })?;
             names[slot].clone_from(name);
             policies[slot] = policy.clone();

@@ -7,6 +7,8 @@ pub mod catalog;
 pub mod catalog_config;
 mod config;
 mod default;
+#[cfg(feature = "std")]
+mod json;
 
 pub use config::{ConfigError, DefaultKnobs, DefaultPolicyConfig, Knob, Problem};
 pub use default::{DefaultCost, DefaultPicker, DefaultPolicy};
