@@ -451,7 +451,7 @@ def dump(s):
 
 
 def catalog():
-    """The catalog's builtins (core/src/catalog.rs), with costs written out by hand from each
+    """The catalog's builtins (core/src/policies/catalog.rs), with costs written out by hand from each
     component's documented formula, not computed by a second implementation. A 10-block request
     (160 tokens); rows carry `dev` device blocks and `n` active requests (100 n prefill tokens,
     10 n decode blocks)."""
@@ -479,7 +479,7 @@ def catalog():
     # -((6-2)/4) and -(0/4); summed in scorer order.
     llm_d = [(-(2 / 10)) * 2 + -(1 - 20 / 100) + -((6 - 2) / 4),
              (-(8 / 10)) * 2 + -(1 - 60 / 100) + -(0 / 4)]
-    # libroute's own `ttft` type (core/src/catalog.rs, FirstToken): five scorers summed in order,
+    # libroute's own `ttft` type (core/src/policies/catalog.rs, FirstToken): five scorers summed in order,
     # queue + prefill + decode + delay to others + affinity, over the rows' cached tokens c (at
     # most P = 160), queued prefill tokens q, active requests n, and a speed (b, a, k): the one
     # the configuration gives, or 1 ms per token when neither it nor the rows have one. The

@@ -779,10 +779,10 @@ fn softmax_index(costs: &[f64], temperature: f64, sample: f64, probabilities: &m
 
 #[cfg(test)]
 mod tests {
+    use super::DefaultCost;
     use super::softmax_index;
-    use crate::vocab::RequestView;
-    use crate::vocab::{Cache, Load, Request, Row, RowFlags, TaintSet, WorkerKey};
-    use crate::{DefaultCost, Scorer};
+    use crate::engine::Scorer;
+    use crate::vocab::{Cache, Load, Request, RequestView, Row, RowFlags, TaintSet, WorkerKey};
 
     fn fleet() -> [Row; 5] {
         core::array::from_fn(|i| {
