@@ -673,3 +673,26 @@ fn ttft_leaves_a_saturated_holder_of_the_prefix() {
     let (s, _) = costs(&p, &REQ, &[warm, row(2, 0, 0)]);
     assert_eq!(s.worker.worker_id, 1);
 }
+
+/// Found by the `catalog` fuzz target (CI's short run, 2026-12-01): `ttft` added a worker's
+/// queued prefill tokens to the request's uncached ones, and its active requests to 1, in
+/// unchecked `u64` arithmetic, so counters near `u64::MAX` overflowed (a panic in debug builds, a
+/// wrapped, tiny estimate in release). The sums now saturate, and such a worker is the slowest.
+#[test]
+fn ttft_takes_counters_near_the_integer_limit() {
+    let policy = policy(r#"{"type": "ttft"}"#);
+    let mut huge = row(1, 0, 0);
+    huge.active_prefill_tokens = u64::MAX - 5;
+    huge.active_requests = u64::MAX;
+    let rows = [huge, row(2, 0, 3)];
+    let mut selector = Selector::<8>::new();
+    let mut explanations = [Explanation::default(); 2];
+    for _ in 0..3 {
+        let pick = policy.select(&mut selector, &REQ, &rows).unwrap();
+        assert_eq!(pick.worker.worker_id, 2);
+        let explained = policy
+            .select_explained(&mut selector, &REQ, &rows, &mut explanations)
+            .unwrap();
+        assert_eq!(explained.worker.worker_id, 2);
+    }
+}

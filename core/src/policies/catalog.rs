@@ -563,7 +563,10 @@ impl<'a> FirstTokenRows<'a> {
 
     /// The estimated time to first token of this request on a candidate.
     fn estimate(&self, r: &FirstTokenRow, s: &Speed) -> f64 {
-        s.first_token_ms(r.queued + (self.prompt - r.cached), r.active + 1)
+        s.first_token_ms(
+            r.queued.saturating_add(self.prompt - r.cached),
+            r.active.saturating_add(1),
+        )
     }
 
     /// The candidates' aggregates, in one pass.
@@ -661,7 +664,7 @@ impl Scorer for FirstToken {
             }
             FirstTokenPart::Decode => {
                 for (cost, (r, s)) in costs.zip(rows.iter()) {
-                    *cost = s.ms_per_active_request * as_cost(r.active + 1);
+                    *cost = s.ms_per_active_request * as_cost(r.active.saturating_add(1));
                 }
             }
             FirstTokenPart::DelayToOthers => {
