@@ -1,7 +1,7 @@
 //! Where one selection's time goes, at 1,024 candidates. The general pipeline: alone
 //! (validation, eligibility, overload), plus a trivial scorer, plus the default cost (wrapped so
-//! it cannot be fused). The fused pass: the default cost with a trivial picker. And the full
-//! default policy. `cargo bench -p libroute-benches --bench breakdown`.
+//! it does not offer the one-pass capability). The one pass: the default cost with a trivial
+//! picker. And the full default policy. `cargo bench -p libroute-benches --bench breakdown`.
 
 use std::hint::black_box;
 
@@ -50,8 +50,8 @@ impl Scorer for Zero {
     }
 }
 
-/// The default cost, through the general pipeline only (a scorer that is not exactly the default
-/// cost is never fused).
+/// The default cost, through the general pipeline only (the wrapper does not offer the one-pass
+/// capability).
 struct General(DefaultCost);
 
 impl Scorer for General {

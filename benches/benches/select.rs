@@ -1,11 +1,13 @@
 //! One selection of the default policy at 8 to 4,096 candidates (one rank each, 2,048-token
 //! prompt, no tier maps: the approximate-mode estimate), at T = 0 and T = 0.7, seeded and
-//! unseeded. `cargo xtask bench` runs it; medians are recorded in `benches/RESULTS.md`.
+//! unseeded; and at T = 0 on a mixed fleet (`mixed_fleet`: 10% overloaded, 10% without a load
+//! projection, 10% without a cache entry, two preferred taints). `cargo xtask bench` runs it;
+//! medians are recorded in `benches/RESULTS.md`.
 
 use std::hint::black_box;
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
-use libroute_benches::bench_fleet;
+use libroute_benches::{MIXED_PREFERRED, bench_fleet, mixed_fleet};
 use libroute_core::{DefaultKnobs, Request, Selector};
 
 const SIZES: [u64; 5] = [8, 64, 256, 1024, 4096];
@@ -40,6 +42,21 @@ fn select(c: &mut Criterion) {
         }
         group.finish();
     }
+    let policy = DefaultKnobs::default().build().unwrap();
+    let request = request.preferred_taints(&MIXED_PREFERRED);
+    let mut group = c.benchmark_group("default/T0-mixed");
+    for n in SIZES {
+        let rows = mixed_fleet(n);
+        group.throughput(Throughput::Elements(n));
+        group.bench_with_input(BenchmarkId::from_parameter(n), &rows, |b, rows| {
+            b.iter(|| {
+                policy
+                    .select(&mut selector, black_box(&request), black_box(rows))
+                    .unwrap()
+            });
+        });
+    }
+    group.finish();
 }
 
 criterion_group!(benches, select);

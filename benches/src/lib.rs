@@ -5,7 +5,7 @@
 // Why: the README is prose for people, with tool names (CMake, ASan) that are not code items.
 #![allow(clippy::doc_markdown)]
 
-use libroute_core::{Cache, Load, Row, WorkerKey};
+use libroute_core::{Cache, Load, PreferredTaint, Row, Taint, TaintSet, WorkerKey};
 
 pub mod sim;
 
@@ -32,3 +32,45 @@ pub fn bench_fleet(n: u64) -> Vec<Row> {
         })
         .collect()
 }
+
+/// The benchmark fleet as a real one looks: [`bench_fleet`] with 10% of rows marked overloaded,
+/// 10% without a load projection yet and 10% without a cache entry (disjoint), and taints 0 and
+/// 1 spread over the fleet, for a request with the two [`MIXED_PREFERRED`] taints.
+#[must_use]
+pub fn mixed_fleet(n: u64) -> Vec<Row> {
+    bench_fleet(n)
+        .into_iter()
+        .enumerate()
+        .map(|(i, row)| {
+            let row = row.with_taints(TaintSet(i as u64 % 4));
+            match i % 10 {
+                3 => row.overloaded(true),
+                5 => Row {
+                    flags: libroute_core::RowFlags(
+                        row.flags.0 & !libroute_core::RowFlags::HAS_LOAD.0,
+                    ),
+                    ..row
+                },
+                7 => Row {
+                    flags: libroute_core::RowFlags(
+                        row.flags.0 & !libroute_core::RowFlags::HAS_CACHE.0,
+                    ),
+                    ..row
+                },
+                _ => row,
+            }
+        })
+        .collect()
+}
+
+/// The two preferred taints of a [`mixed_fleet`] request: 0 favoured, 1 avoided.
+pub const MIXED_PREFERRED: [PreferredTaint; 2] = [
+    PreferredTaint {
+        taint: Taint::new(0).unwrap(),
+        weight: 0.5,
+    },
+    PreferredTaint {
+        taint: Taint::new(1).unwrap(),
+        weight: -0.25,
+    },
+];

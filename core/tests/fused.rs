@@ -1,8 +1,9 @@
-//! The default policy's fused pass (admission and the default cost in one loop) against the
-//! general pipeline: the same selections, costs, errors and random streams, bit for bit.
+//! The default policy's one-pass steps (validity, admission and the default cost in one loop,
+//! `Scorer::score_all_rows`) against the general pipeline: the same selections, costs, errors
+//! and random streams, bit for bit, on uniform and mixed fleets.
 //!
-//! The general path is forced by wrapping the default cost in a scorer that is not "exactly the
-//! default cost", so the selector cannot fuse it.
+//! The general path is forced by wrapping the default cost in a scorer that does not offer the
+//! one-pass capability.
 
 use libroute_core::*;
 use proptest::prelude::*;
@@ -24,10 +25,10 @@ impl Scorer for General {
     }
 }
 
-/// Rows that mostly take the fused path: one flag combination for the fleet, small counters,
-/// valid estimates, host and disk blocks in half the fleets; with small probabilities each thing
-/// that sends a selection back to the general path (another flag set, an overload mark, a
-/// counter of 2^52 or more, an invalid estimate, a missing required taint).
+/// Fleets a host sends: a flag combination for the fleet, per row a few percent without the
+/// cache entry or the load projection the others carry, overloaded rows, small counters, valid
+/// estimates, host and disk blocks in half the fleets; and, with small probabilities, what the
+/// one-pass steps decline (a counter of 2^52 or more, an invalid estimate, no candidate).
 fn fleet() -> impl Strategy<Value = Vec<Row>> {
     let row = (
         (0u32..64, 0u32..8, 0u32..8, 0u32..200),
@@ -88,14 +89,18 @@ fn fleet() -> impl Strategy<Value = Vec<Row>> {
                                 effective_blocks: -1.0,
                                 ..Cache::default()
                             }),
-                            5 => Row {
-                                flags: RowFlags(row.flags.0 ^ RowFlags::HAS_LOAD.0),
-                                ..row
-                            },
                             6 => row.with_cache(Cache {
                                 effective_blocks: f64::INFINITY,
                                 ..Cache::default()
                             }),
+                            7..=40 => Row {
+                                flags: RowFlags(row.flags.0 ^ RowFlags::HAS_CACHE.0),
+                                ..row
+                            },
+                            5 | 41..=80 => Row {
+                                flags: RowFlags(row.flags.0 ^ RowFlags::HAS_LOAD.0),
+                                ..row
+                            },
                             _ => row,
                         }
                     },

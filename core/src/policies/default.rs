@@ -4,7 +4,7 @@
 use crate::engine::Policy;
 use crate::engine::rng::{self, RandomSource};
 use crate::engine::{ComponentError, Pick, PickInput, PickReason, Picker, Scorer};
-use crate::vocab::{Candidates, RequestView, WorkerInputs, taint_multiplier};
+use crate::vocab::{Candidates, RequestView, WorkerInputs, fault_bits, taint_multiplier};
 use crate::vocab::{Label, Leg, PreferredTaint, Role, Row, RowFlags, SharedHits, TaintSet};
 
 /// The default policy's type: no filters, the default cost, the default picker.
@@ -96,6 +96,8 @@ fn non_negative(x: f64) -> f64 {
 struct PerBlock {
     block_size: f64,
     reciprocal: Option<f64>,
+    /// The reciprocal, or NaN (unused: [`Mode::DIVIDE`] divides instead).
+    inverse: f64,
 }
 
 impl PerBlock {
@@ -106,6 +108,7 @@ impl PerBlock {
         Self {
             block_size: f64::from(block_size),
             reciprocal,
+            inverse: reciprocal.unwrap_or(f64::NAN),
         }
     }
 
@@ -149,92 +152,388 @@ struct RowContext<'a> {
     subtract_from_decode: bool,
     has_tier_matches: bool,
     shared_hits: Option<SharedHits<'a>>,
+    /// `HAS_LOAD`, or `u32::MAX` (no valid row has every flag) when LOAD is not declared.
     load_flag: u32,
+    /// `HAS_CACHE`, or `u32::MAX` when CACHE is not declared.
     cache_flag: u32,
     cache_declared: bool,
     preferred: &'a [PreferredTaint],
 }
 
 impl RowContext<'_> {
-    /// No decay, shared hits or preferred-taint multiplier: the formula without its extras.
-    fn is_plain(&self) -> bool {
-        !self.use_decay && self.shared_hits.is_none() && self.preferred.is_empty()
-    }
-
-    /// The spec's per-candidate formula. `EXTRAS` enables decay, shared hits and the taint
-    /// multiplier; without it they are known to be off (decay 1, shared 0, no multiplier).
-    #[inline]
-    fn row_cost<const EXTRAS: bool>(&self, row: &Row) -> f64 {
-        let k = self.cost;
-        let (apt, dcb, nreq) = load_of(row, self.load_flag);
-        let loaded = row.flags.0 & self.load_flag == self.load_flag;
-        let (credit, effective_tokens) = if self.cache_declared {
-            // A row without a cache entry reads as zeros in every tier.
-            let (dev, host, disk, estimate, tokens) =
-                if row.flags.0 & self.cache_flag == self.cache_flag {
-                    (
-                        row.device_blocks,
-                        row.host_blocks,
-                        row.disk_blocks,
-                        row.effective_blocks,
-                        row.effective_tokens,
-                    )
-                } else {
-                    (0, 0, 0, 0.0, 0)
-                };
-            let device = if self.has_tier_matches {
-                f64::from(dev)
-            } else {
-                estimate
-            };
-            let shared = match self.shared_hits {
-                Some(hits) if EXTRAS => {
-                    k.shared_cache_multiplier * to_f64(hits.hits_beyond(block_position(device)))
-                }
-                _ => 0.0,
-            };
-            let decay = if EXTRAS && self.use_decay {
-                let excess_blocks = self.per_block.of(to_f64(apt.saturating_sub(self.min_apt)));
-                1.0 / (1.0 + k.overlap_score_credit_decay * (excess_blocks / self.rb))
-            } else {
-                1.0
-            };
-            let credit = self.c_ovl * decay * device
-                + k.host_cache_hit_weight * f64::from(host)
-                + k.disk_cache_hit_weight * f64::from(disk)
-                + shared;
-            (credit, tokens)
+    /// The request-wide switches as a [`Mode`]; `exact` and `requests` as the caller decides.
+    fn mode(&self, exact: bool, requests: bool) -> u16 {
+        let credit = if !self.cache_declared {
+            Mode::CREDIT_NONE
+        } else if self.has_tier_matches {
+            Mode::CREDIT_TIERS
         } else {
-            (0.0, 0)
+            Mode::CREDIT_ESTIMATE
         };
-        let decode_blocks = to_f64(dcb);
-        let request_cost = k.decode_active_request_weight * to_f64(nreq);
-        let base = if self.subtract_from_decode {
-            non_negative(decode_blocks - credit) + request_cost
+        let formula = if self.subtract_from_decode {
+            Mode::SUBTRACT_FROM_DECODE
+        } else if self.track {
+            Mode::TRACKED_PREFILL
         } else {
-            let raw_tokens = if !self.track {
+            Mode::UNTRACKED_PREFILL
+        };
+        // The general pipeline takes decay and shared hits with the multiplier; the one-pass
+        // steps decline them and take the multiplier alone.
+        let credit_extras = self.use_decay || self.shared_hits.is_some();
+        let extras = credit_extras || !self.preferred.is_empty();
+        credit
+            | formula << 2
+            | if requests { Mode::REQUESTS } else { 0 }
+            | if extras { Mode::EXTRAS } else { 0 }
+            | if credit_extras {
+                Mode::CREDIT_EXTRAS
+            } else {
                 0
-            } else if loaded {
-                let covered = if self.prompt > effective_tokens {
-                    self.prompt
-                } else {
-                    effective_tokens
-                };
-                apt.saturating_add(covered)
+            }
+            | if exact { Mode::EXACT } else { 0 }
+            | if self.per_block.reciprocal.is_none() {
+                Mode::DIVIDE
             } else {
-                self.prompt
-            };
-            k.prefill_load_scale * non_negative(self.per_block.of(to_f64(raw_tokens)) - credit)
-                + decode_blocks
-                + request_cost
-        };
-        if EXTRAS {
-            if let Some(m) = taint_multiplier(self.preferred, row.taints) {
-                return base * m;
+                0
+            }
+    }
+}
+
+/// The request-wide switches of [`row_cost`], fixed per selection and passed as a const
+/// generic, so each combination compiles to its own loop with no request-wide branch left:
+/// `credit | formula << 2 | REQUESTS | EXTRAS | EXACT | DIVIDE | UNIFORM | CREDIT_EXTRAS`.
+struct Mode;
+
+impl Mode {
+    /// No credit: CACHE is not declared.
+    const CREDIT_NONE: u16 = 0;
+    /// No tier matches: the estimate `E_blocks` is the device credit.
+    const CREDIT_ESTIMATE: u16 = 1;
+    /// Tier matches: device blocks.
+    const CREDIT_TIERS: u16 = 2;
+    /// `max(0, dcb - credit) + req_cost`.
+    const SUBTRACT_FROM_DECODE: u16 = 0;
+    /// The prefill formula with `raw_tokens` from the prompt and the load.
+    const TRACKED_PREFILL: u16 = 1;
+    /// The prefill formula with `raw_tokens = 0`.
+    const UNTRACKED_PREFILL: u16 = 2;
+    /// `req_cost` is charged. Without it the weight is 0 and the weights are bounded, so the
+    /// term is `+ 0.0` to a non-negative sum, which changes nothing.
+    const REQUESTS: u16 = 1 << 4;
+    /// Preferred taints are in play (with [`Mode::CREDIT_EXTRAS`], decay and shared hits may be
+    /// too); without it they are known to be off (no multiplier, decay 1, shared 0), whose terms
+    /// change nothing.
+    const EXTRAS: u16 = 1 << 5;
+    /// Decay or shared hits are in play (general pipeline only; always with [`Mode::EXTRAS`]).
+    const CREDIT_EXTRAS: u16 = 1 << 9;
+    /// Counters convert through [`exact_f64`] (valid below 2^52, which the caller checks from
+    /// the bits [`row_cost`] collects), else through [`to_f64`].
+    const EXACT: u16 = 1 << 6;
+    /// The block size is not a power of two: divide by it (a multiplication by the reciprocal
+    /// is exact only for powers of two).
+    const DIVIDE: u16 = 1 << 7;
+    /// Every row has the same flags, without `OVERLOADED`, and the request requires no taint:
+    /// every row is a candidate and the presence masks are the same for all (one-pass steps
+    /// only, which check it as they go).
+    const UNIFORM: u16 = 1 << 8;
+}
+
+/// Calls `$f::<M>($args)` for the runtime mode `$mode` among the listed constants.
+macro_rules! dispatch {
+    ($mode:expr, $f:ident $args:tt, [$($m:literal)+], $otherwise:expr) => {
+        match $mode {
+            $($m => $f::<$m> $args,)+
+            _ => $otherwise,
+        }
+    };
+}
+
+/// The preferred-taint multipliers of one selection. The multiplier depends only on which of
+/// the preferred taints a row carries, so each of those subsets is computed once by
+/// [`taint_multiplier`] itself: all of them up front for up to 3 preferred taints (at most 8,
+/// so the per-row lookup has no branch), on first sight for up to 6, per row beyond.
+struct Multipliers<'a> {
+    preferred: &'a [PreferredTaint],
+    table: [f64; 64],
+    known: u64,
+    eager: bool,
+}
+
+impl<'a> Multipliers<'a> {
+    fn new(preferred: &'a [PreferredTaint]) -> Self {
+        let mut table = [0.0; 64];
+        let eager = !preferred.is_empty() && preferred.len() <= 3;
+        if eager {
+            for (subset, m) in table.iter_mut().enumerate().take(1 << preferred.len()) {
+                let mut taints = TaintSet::EMPTY;
+                for (j, p) in preferred.iter().enumerate() {
+                    if subset >> j & 1 == 1 {
+                        taints = taints.with(p.taint);
+                    }
+                }
+                *m = taint_multiplier(preferred, taints).unwrap_or(1.0);
             }
         }
-        base
+        Self {
+            preferred,
+            table,
+            known: if eager { u64::MAX } else { 0 },
+            eager,
+        }
     }
+
+    #[allow(clippy::inline_always, reason = "inside each mode's loop")]
+    #[inline(always)]
+    fn of(&mut self, taints: TaintSet) -> Option<f64> {
+        if self.preferred.is_empty() {
+            return None;
+        }
+        if self.preferred.len() > 6 {
+            return taint_multiplier(self.preferred, taints);
+        }
+        let mut subset = 0usize;
+        for (j, p) in self.preferred.iter().enumerate() {
+            subset |= usize::from(taints.contains(p.taint)) << j;
+        }
+        if !self.eager && self.known >> subset & 1 == 0 {
+            self.table[subset] = taint_multiplier(self.preferred, taints)?;
+            self.known |= 1 << subset;
+        }
+        Some(self.table[subset])
+    }
+}
+
+/// The spec's per-candidate formula (see [`DefaultCost`]); the only place it is written. The
+/// general pipeline ([`Scorer::score`]) and the one-pass steps ([`Scorer::score_all_rows`]) both
+/// instantiate it. `M` fixes the request-wide switches ([`Mode`]); what varies per row, whether it
+/// carries a cache entry or a load projection, is selected per row. With [`Mode::EXACT`] the
+/// counters read are OR-ed into `high`, for the caller's check that they are below `2^52`.
+#[allow(
+    clippy::inline_always,
+    reason = "inlined into each mode's loop, so every mode is its own branch-free loop"
+)]
+#[inline(always)]
+fn row_cost<const M: u16>(
+    ctx: &RowContext<'_>,
+    multipliers: &mut Multipliers<'_>,
+    row: &Row,
+    (load_mask, cache_mask): (u64, u64),
+    high: &mut u64,
+) -> f64 {
+    let (credit_mode, formula) = (M & 3, M >> 2 & 3);
+    let (requests, extras, credit_extras) = (
+        M & Mode::REQUESTS != 0,
+        M & Mode::EXTRAS != 0,
+        M & Mode::CREDIT_EXTRAS != 0,
+    );
+    let (exact, divide) = (M & Mode::EXACT != 0, M & Mode::DIVIDE != 0);
+    let convert = |x: u64| if exact { exact_f64(x) } else { to_f64(x) };
+    let per_block = |x: f64| {
+        if divide {
+            x / ctx.per_block.block_size
+        } else {
+            x * ctx.per_block.inverse
+        }
+    };
+    let k = ctx.cost;
+    // A group the row lacks (or the scorer did not declare) reads as zeros, selected by the
+    // masks without a branch.
+    let apt = row.active_prefill_tokens & load_mask;
+    let dcb = row.active_decode_blocks & load_mask;
+    let nreq = row.active_requests & load_mask;
+    let (credit, effective_tokens) = if credit_mode == Mode::CREDIT_NONE {
+        (0.0, 0)
+    } else {
+        #[allow(clippy::cast_possible_truncation, reason = "all ones or zero")]
+        let narrow = cache_mask as u32;
+        let device = if credit_mode == Mode::CREDIT_TIERS {
+            f64::from(row.device_blocks & narrow)
+        } else {
+            f64::from_bits(row.effective_blocks.to_bits() & cache_mask)
+        };
+        let device_credit = if credit_extras && ctx.use_decay {
+            let excess_blocks = ctx.per_block.of(to_f64(apt.saturating_sub(ctx.min_apt)));
+            let decay = 1.0 / (1.0 + k.overlap_score_credit_decay * (excess_blocks / ctx.rb));
+            ctx.c_ovl * decay * device
+        } else {
+            // `c_ovl * 1.0 * device`.
+            ctx.c_ovl * device
+        };
+        let credit = if exact && credit_mode == Mode::CREDIT_ESTIMATE {
+            // Without tier matches no worker holds host or disk blocks of the request (rows
+            // carry the estimate), so both terms are `+ 0.0`, which changes no result (see
+            // `shared` below). They are not read, only collected into `high` to be checked 0.
+            // Any bit of the two (one 64-bit load) sets the top bit: `w | -w` for `w != 0`.
+            let tiers =
+                (u64::from(row.host_blocks) | u64::from(row.disk_blocks) << 32) & cache_mask;
+            *high |= tiers | tiers.wrapping_neg();
+            device_credit
+        } else {
+            device_credit
+                + k.host_cache_hit_weight * f64::from(row.host_blocks & narrow)
+                + k.disk_cache_hit_weight * f64::from(row.disk_blocks & narrow)
+        };
+        let credit = match ctx.shared_hits {
+            Some(hits) if credit_extras => {
+                credit
+                    + k.shared_cache_multiplier * to_f64(hits.hits_beyond(block_position(device)))
+            }
+            // `+ 0.0`, which changes no credit: `-0.0 + 0.0` is `+0.0`, and the credit is only
+            // ever subtracted from a value that is not `-0.0`.
+            _ => credit,
+        };
+        (credit, row.effective_tokens & cache_mask)
+    };
+    if exact {
+        *high |= apt | dcb | effective_tokens | if requests { nreq } else { 0 };
+    }
+    let decode_blocks = convert(dcb);
+    let charged = |cost: f64| {
+        if requests {
+            cost + k.decode_active_request_weight * convert(nreq)
+        } else {
+            cost
+        }
+    };
+    let base = if formula == Mode::SUBTRACT_FROM_DECODE {
+        charged(non_negative(decode_blocks - credit))
+    } else {
+        // `apt + max(P, E_tokens)` with a load projection, `P` without: `apt` and the masked
+        // `E_tokens` are 0 without one, so the one expression gives both.
+        let covered = effective_tokens & load_mask;
+        let raw_tokens = if formula == Mode::UNTRACKED_PREFILL {
+            0.0
+        } else if exact {
+            // Both terms are integers below 2^52, so the sum is the exact integer the general
+            // conversion gives.
+            let (prompt, covered) = (exact_f64(ctx.prompt), exact_f64(covered));
+            exact_f64(apt) + if prompt > covered { prompt } else { covered }
+        } else {
+            to_f64(apt.saturating_add(ctx.prompt.max(covered)))
+        };
+        charged(k.prefill_load_scale * non_negative(per_block(raw_tokens) - credit) + decode_blocks)
+    };
+    if extras {
+        if let Some(m) = multipliers.of(row.taints) {
+            return base * m;
+        }
+    }
+    base
+}
+
+impl RowContext<'_> {
+    /// All ones when `row` carries the (declared) load projection, resp. cache entry, else 0.
+    #[inline]
+    fn masks(&self, row: &Row) -> (u64, u64) {
+        let flags = row.flags.0;
+        (
+            0u64.wrapping_sub(u64::from(flags & self.load_flag == self.load_flag)),
+            0u64.wrapping_sub(u64::from(flags & self.cache_flag == self.cache_flag)),
+        )
+    }
+}
+
+/// The general pipeline's loop: the cost of each candidate of `order`.
+#[allow(clippy::inline_always, reason = "one loop per mode")]
+#[inline(always)]
+fn cost_candidates<const M: u16>(
+    ctx: &RowContext<'_>,
+    rows: &[Row],
+    order: &[u32],
+    costs: &mut [f64],
+) {
+    let mut multipliers = Multipliers::new(ctx.preferred);
+    let mut high = 0;
+    for (cost, &i) in costs.iter_mut().zip(order) {
+        let row = &rows[i as usize];
+        *cost = row_cost::<M>(ctx, &mut multipliers, row, ctx.masks(row), &mut high);
+    }
+}
+
+/// The one-pass loop: validity (the checks of [`Row::is_valid`]), admission
+/// ([`Row::is_candidate`]) and the cost of every row, then the candidates compacted into
+/// `order[..m]` and `costs[..m]`. The loop has no data-dependent branch or index, so the compiler
+/// vectorizes it: it writes every row's cost and its index, with the top bit set when the row is
+/// left out; only a fleet with rows left out pays for the compaction, a pass over those two
+/// arrays. Speeds, which this cost does not read, are validated in a second pass only when some
+/// row carries one. `None` when a row is invalid, a counter too large for [`exact_f64`], no row
+/// a candidate or more than 2^31 rows: the general pipeline then decides and reports. Every cost
+/// is finite without a check: see [`DefaultCost::costs_are_bounded`].
+#[allow(clippy::inline_always, reason = "one loop per mode")]
+#[inline(always)]
+fn admit_and_cost<const M: u16>(
+    ctx: &RowContext<'_>,
+    required: TaintSet,
+    rows: &[Row],
+    order: &mut [u32],
+    costs: &mut [f64],
+) -> Option<usize> {
+    const LEFT_OUT: u32 = 1 << 31;
+    let uniform = M & Mode::UNIFORM != 0;
+    let first = rows.first()?;
+    if rows.len() > LEFT_OUT as usize {
+        return None;
+    }
+    let mut multipliers = Multipliers::new(ctx.preferred);
+    let (mut invalid, mut faults, mut odd, mut high, mut left_out) =
+        (first.has_unknown_flags(), 0u64, 0, 0u64, 0usize);
+    // In a uniform fleet every row has a speed if the first has (else `odd` shows it).
+    let mut speeds = if uniform {
+        first.flags.0 & RowFlags::HAS_SPEED.0
+    } else {
+        0
+    };
+    let fleet_masks = ctx.masks(first);
+    let fleet_cache = 0u64.wrapping_sub(u64::from(first.flags.contains(RowFlags::HAS_CACHE)));
+    let (order, costs) = (&mut order[..rows.len()], &mut costs[..rows.len()]);
+    for (i, ((row, cost), slot)) in rows
+        .iter()
+        .zip(costs.iter_mut())
+        .zip(order.iter_mut())
+        .enumerate()
+    {
+        // In a uniform fleet every row has a cache entry if the first has.
+        faults |= if uniform {
+            fault_bits(row.effective_blocks) & fleet_cache
+        } else {
+            row.estimate_faults()
+        };
+        #[allow(clippy::cast_possible_truncation, reason = "rows.len() <= 2^31")]
+        let index = i as u32;
+        if uniform {
+            // Unknown flags, an overload mark and any other difference all show here.
+            odd |= row.flags.0 ^ first.flags.0;
+            *cost = row_cost::<M>(ctx, &mut multipliers, row, fleet_masks, &mut high);
+            *slot = index;
+        } else {
+            invalid |= row.has_unknown_flags();
+            speeds |= row.flags.0 & RowFlags::HAS_SPEED.0;
+            *cost = row_cost::<M>(ctx, &mut multipliers, row, ctx.masks(row), &mut high);
+            let excluded = !row.is_candidate(required);
+            *slot = index | u32::from(excluded) << 31;
+            left_out += usize::from(excluded);
+        }
+    }
+    if invalid
+        || faults >> 63 != 0
+        || odd != 0
+        || high >= EXACT_LIMIT
+        || left_out == rows.len()
+        || (speeds != 0 && rows.iter().any(Row::has_invalid_speed))
+    {
+        return None;
+    }
+    if left_out == 0 {
+        return Some(rows.len());
+    }
+    let mut m = 0;
+    for i in 0..rows.len() {
+        let entry = order[i];
+        order[m] = entry & !LEFT_OUT;
+        costs[m] = costs[i];
+        m += 1 - (entry >> 31) as usize;
+    }
+    Some(m)
 }
 
 /// `x as f64`, through the one-instruction signed conversion when the value allows it (the
@@ -288,20 +587,23 @@ impl Scorer for DefaultCost {
                 .min()
                 .unwrap_or(0);
         }
-        // The common case (no decay, shared hits or preferred taints) gets its own loop, free of
-        // the branches those need; both evaluate the same formula in the same order.
-        if ctx.is_plain() {
-            for (cost, &i) in costs.iter_mut().zip(order) {
-                *cost = ctx.row_cost::<false>(&rows[i as usize]);
-            }
-        } else {
-            for (cost, &i) in costs.iter_mut().zip(order) {
-                *cost = ctx.row_cost::<true>(&rows[i as usize]);
-            }
-        }
+        dispatch!(
+            ctx.mode(false, true),
+            cost_candidates(&ctx, rows, order, costs),
+            [16 17 18 20 21 22 24 25 26 48 49 50 52 53 54 56 57 58
+             144 145 146 148 149 150 152 153 154 176 177 178 180 181 182 184 185 186
+             560 561 562 564 565 566 568 569 570 688 689 690 692 693 694 696 697 698],
+            unreachable!("every mode of the general pipeline is listed")
+        );
         Ok(())
     }
 
+    /// Validity, admission and this cost for every row in one pass (the same [`row_cost`] as
+    /// [`Scorer::score`], per row masks for what rows carry), for any fleet: rows with or
+    /// without cache entries and load projections, overloaded or ineligible ones, preferred
+    /// taints, decay and shared hits. It declines, for the general pipeline to decide, only what
+    /// no sane host sends: an invalid row, counters of 2^52 or more, weights beyond
+    /// [`DefaultCost::costs_are_bounded`], more rows than `order` holds, or no candidate.
     fn score_all_rows(
         &self,
         request: &RequestView<'_>,
@@ -309,19 +611,43 @@ impl Scorer for DefaultCost {
         order: &mut [u32],
         costs: &mut [f64],
     ) -> Option<usize> {
-        if !self.score_all_candidates(request, request.required_taints(), rows, costs) {
+        let ctx = self.context(request);
+        if ctx.prompt >= EXACT_LIMIT
+            || !self.costs_are_bounded()
+            || order.len() < rows.len()
+            || costs.len() < rows.len()
+        {
             return None;
         }
-        for (k, slot) in order.iter_mut().enumerate() {
-            #[allow(
-                clippy::cast_possible_truncation,
-                reason = "rows.len() <= capacity <= u32::MAX"
-            )]
-            {
-                *slot = k as u32;
+        let required = request.required_taints();
+        if ctx.per_block.reciprocal.is_none() || ctx.use_decay || ctx.shared_hits.is_some() {
+            return None;
+        }
+        let requests = self.decode_active_request_weight != 0.0;
+        let mode = ctx.mode(true, requests);
+        // A fleet whose first and last rows have the same flags, without an overload mark, is
+        // tried as uniform (the loop checks every row); one that is not after all runs the
+        // per-row masks' loop.
+        let (first, last) = (rows.first()?, rows.last()?);
+        if required == TaintSet::EMPTY && first.flags == last.flags && !first.is_overloaded() {
+            let taken = dispatch!(
+                mode | Mode::UNIFORM,
+                admit_and_cost(&ctx, required, rows, order, costs),
+                [320 321 322 324 325 326 328 329 330 336 337 338 340 341 342 344 345 346
+                 352 353 354 356 357 358 360 361 362 368 369 370 372 373 374 376 377 378],
+                None
+            );
+            if taken.is_some() {
+                return taken;
             }
         }
-        Some(rows.len())
+        dispatch!(
+            mode,
+            admit_and_cost(&ctx, required, rows, order, costs),
+            [64 65 66 68 69 70 72 73 74 80 81 82 84 85 86 88 89 90
+             96 97 98 100 101 102 104 105 106 112 113 114 116 117 118 120 121 122],
+            None
+        )
     }
 }
 
@@ -369,101 +695,11 @@ impl DefaultCost {
         }
     }
 
-    /// Admission and this cost for every row of `rows` in one pass, for a policy with no filters,
-    /// this cost as its only scorer and no pin, when every row is a candidate: valid, carrying
-    /// `required`, not overloaded. Writes `costs[i]` for row `i` and returns `true` when that holds
-    /// for every row; returns `false` otherwise, and then `costs` holds nothing the caller may
-    /// use (the general pipeline decides, and reports what is wrong).
-    ///
-    /// The pass needs what makes one branch-free loop possible: every row with the same flags,
-    /// no decay, shared hits or preferred taints, a power-of-two block size, counters below 2^52
-    /// (converted to `f64` by one OR and one subtraction), weights within the bounds of
-    /// [`DefaultCost::costs_are_bounded`] (so every cost is finite without a check), and,
-    /// without tier matches, no host or disk blocks. (An estimate of -0.0 is valid but also left
-    /// to the general path: the pass checks the estimates' sign and exponent bits.) Under those
-    /// conditions it evaluates exactly the formula of [`DefaultCost`] in the same order, so the
-    /// costs are identical bit for bit (the corpus and `tests/fused.rs` compare the two paths).
-    ///
-    /// Never inlined: every caller (Rust hosts, the C ABI) runs this one compiled copy, and its
-    /// size buys nothing from inlining.
-    #[inline(never)]
-    pub(crate) fn score_all_candidates(
-        &self,
-        request: &RequestView<'_>,
-        required: TaintSet,
-        rows: &[Row],
-        costs: &mut [f64],
-    ) -> bool {
-        let ctx = self.context(request);
-        let Some(first) = rows.first() else {
-            return false;
-        };
-        let flags = first.flags;
-        if !ctx.is_plain()
-            || ctx.prompt >= EXACT_LIMIT
-            || !self.costs_are_bounded()
-            || flags.0 & !RowFlags::ALL.0 != 0
-            || flags.contains(RowFlags::OVERLOADED)
-            || flags.contains(RowFlags::HAS_SPEED)
-            || costs.len() < rows.len()
-        {
-            return false;
-        }
-        let Some(per_block) = ctx.per_block.reciprocal else {
-            return false;
-        };
-        // Eligibility in its own pass, only when the request requires taints.
-        if required != TaintSet::EMPTY && !rows.iter().all(|row| row.taints.contains_all(required))
-        {
-            return false;
-        }
-        let credit = if !(ctx.cache_declared && flags.contains(RowFlags::HAS_CACHE)) {
-            Mode::CREDIT_NONE
-        } else if ctx.has_tier_matches {
-            Mode::CREDIT_TIERS
-        } else {
-            Mode::CREDIT_ESTIMATE
-        };
-        let load = if !flags.contains(RowFlags::HAS_LOAD) {
-            Mode::LOAD_NONE
-        } else if self.decode_active_request_weight == 0.0 {
-            // `0 * nreq` is `+ 0.0`, which changes no sum of non-negative terms.
-            Mode::LOAD_WITHOUT_REQUESTS
-        } else {
-            Mode::LOAD_WITH_REQUESTS
-        };
-        let formula = if ctx.subtract_from_decode {
-            Mode::SUBTRACT_FROM_DECODE
-        } else if ctx.track {
-            Mode::TRACKED_PREFILL
-        } else {
-            Mode::UNTRACKED_PREFILL
-        };
-        let pass = FusedPass {
-            ctx: &ctx,
-            per_block,
-            flags: flags.0,
-            estimates: flags.contains(RowFlags::HAS_CACHE),
-        };
-        let costs = &mut costs[..rows.len()];
-        // One loop per mode, so the loop body has no request-wide branch left.
-        macro_rules! dispatch {
-            ($($mode:literal)+) => {
-                match credit * 9 + load * 3 + formula {
-                    $($mode => pass.run::<$mode>(rows, costs),)+
-                    _ => false,
-                }
-            };
-        }
-        dispatch!(0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 25 26)
-    }
-
-    /// Whether every cost of the fused pass is finite without a check: the credit weights finite
-    /// and `>= 0` (so a credit is `>= 0`, NaN or `+inf`, and `max(0, x - credit)` lies in
-    /// `[0, x]`), and the two weights that multiply unbounded terms in `[0, WEIGHT_LIMIT]`. Every
-    /// other factor is below 2^53 (counters below 2^52, `1/bs <= 1`), so each summed term is below
-    /// 2^53 * 1e270 and the sum far below `f64::MAX`. Validated knobs always qualify; a policy
-    /// composed from unvalidated ones may not, and then the general pipeline checks every cost.
+    /// Whether the one-pass steps may leave out the `req_cost` term and keep the sum's bounds:
+    /// the credit weights finite and `>= 0` (so a credit is `>= 0`, NaN or `+inf`, and
+    /// `max(0, x - credit)` lies in `[0, x]`), and the two weights that multiply unbounded terms
+    /// in `[0, WEIGHT_LIMIT]`. Validated knobs always qualify; a policy composed from unvalidated
+    /// ones may not, and then the general pipeline scores and checks every cost.
     fn costs_are_bounded(&self) -> bool {
         let credit = |w: f64| w.is_finite() && w >= 0.0;
         let factor = |w: f64| (0.0..=WEIGHT_LIMIT).contains(&w);
@@ -475,31 +711,7 @@ impl DefaultCost {
     }
 }
 
-/// The fused loop's modes: `credit * 9 + load * 3 + formula`, fixed per selection.
-struct Mode;
-
-impl Mode {
-    /// No credit: CACHE is not read (not declared, or rows without a cache entry).
-    const CREDIT_NONE: u8 = 0;
-    /// No tier matches: the estimate is the device credit; host and disk blocks must be 0.
-    const CREDIT_ESTIMATE: u8 = 1;
-    /// Tier matches: device, host and disk blocks.
-    const CREDIT_TIERS: u8 = 2;
-    /// Rows without a load projection.
-    const LOAD_NONE: u8 = 0;
-    /// A load projection, and `decode_active_request_weight` 0 (`nreq` is not read).
-    const LOAD_WITHOUT_REQUESTS: u8 = 1;
-    /// A load projection with `nreq` charged.
-    const LOAD_WITH_REQUESTS: u8 = 2;
-    /// `max(0, dcb - credit) + req_cost`.
-    const SUBTRACT_FROM_DECODE: u8 = 0;
-    /// The prefill formula with `raw_tokens` from the prompt and the load.
-    const TRACKED_PREFILL: u8 = 1;
-    /// The prefill formula with `raw_tokens = 0`.
-    const UNTRACKED_PREFILL: u8 = 2;
-}
-
-/// The largest `prefill_load_scale` and `decode_active_request_weight` the fused pass takes
+/// The largest `prefill_load_scale` and `decode_active_request_weight` the one-pass steps take
 /// (see [`DefaultCost::costs_are_bounded`]).
 const WEIGHT_LIMIT: f64 = 1e270;
 
@@ -508,121 +720,11 @@ const EXACT_LIMIT: u64 = 1 << 52;
 
 /// `x as f64` for `x < 2^52`: `x` placed in the mantissa of `2^52`, minus `2^52`. Exact, and
 /// cheaper than the general conversion (an OR and a subtraction, no range branch).
+#[allow(clippy::inline_always, reason = "one OR and one subtraction")]
 #[inline(always)]
 fn exact_f64(x: u64) -> f64 {
     const TWO_52: f64 = 4_503_599_627_370_496.0;
     f64::from_bits(x | TWO_52.to_bits()) - TWO_52
-}
-
-/// The fused admission + cost pass of [`DefaultCost::score_all_candidates`].
-struct FusedPass<'a> {
-    ctx: &'a RowContext<'a>,
-    /// `1 / block_size`, exact for a power-of-two block size.
-    per_block: f64,
-    /// The flags every row must carry.
-    flags: u32,
-    /// Whether rows carry an estimate to validate.
-    estimates: bool,
-}
-
-impl FusedPass<'_> {
-    /// The loop of one [`Mode`] (`MODE = credit * 9 + load * 3 + formula`).
-    #[allow(
-        clippy::inline_always,
-        reason = "inlined into each dispatch arm, so every mode gets its own branch-free loop"
-    )]
-    #[allow(
-        clippy::needless_bitwise_bool,
-        clippy::manual_range_contains,
-        reason = "branch-free folds keep the loop free of branches and vectorizable"
-    )]
-    #[inline(always)]
-    fn run<const MODE: u8>(&self, rows: &[Row], costs: &mut [f64]) -> bool {
-        let (credit_mode, load_mode, formula) = (MODE / 9, MODE / 3 % 3, MODE % 3);
-        let ctx = self.ctx;
-        let k = ctx.cost;
-        let prompt = exact_f64(ctx.prompt);
-        // Each fold collects, without branching, something that sends the selection back to the
-        // general pipeline: a row that is not a plain candidate, a counter too large for
-        // `exact_f64`, an invalid estimate, host or disk blocks without tier matches.
-        let (mut odd, mut high, mut signs, mut tiers) = (0u32, 0u64, 0u64, 0u64);
-        for (row, cost) in rows.iter().zip(costs.iter_mut()) {
-            odd |= row.flags.0 ^ self.flags;
-            let estimate = row.effective_blocks;
-            // `0 <= estimate <= MAX` from the bits: the sign bit is clear and the exponent is not
-            // all ones (adding 1 to it carries into the sign bit). -0.0 counts as invalid here
-            // and goes to the general path, which accepts it.
-            let bits = estimate.to_bits();
-            signs |= bits | bits.wrapping_add(1 << 52);
-            // `c_ovl * decay * device` with decay 1, and no shared term: `+ 0.0` to a sum of
-            // non-negative terms changes nothing.
-            let (credit, effective_tokens) = if credit_mode == Mode::CREDIT_TIERS {
-                high |= row.effective_tokens;
-                let credit = ctx.c_ovl * f64::from(row.device_blocks)
-                    + k.host_cache_hit_weight * f64::from(row.host_blocks)
-                    + k.disk_cache_hit_weight * f64::from(row.disk_blocks);
-                (credit, exact_f64(row.effective_tokens))
-            } else if credit_mode == Mode::CREDIT_ESTIMATE {
-                // Without tier matches no worker has host or disk blocks of this request (rows
-                // carry the estimate), so both terms are `+ 0.0`. A row that has some anyway
-                // goes to the general path.
-                high |= row.effective_tokens;
-                tiers |= u64::from(row.host_blocks) | (u64::from(row.disk_blocks) << 32);
-                (ctx.c_ovl * estimate, exact_f64(row.effective_tokens))
-            } else {
-                (0.0, 0.0)
-            };
-            let (prefill, decode_blocks, request_cost) = if load_mode == Mode::LOAD_NONE {
-                (0.0, 0.0, 0.0)
-            } else {
-                high |= row.active_prefill_tokens | row.active_decode_blocks;
-                let request_cost = if load_mode == Mode::LOAD_WITH_REQUESTS {
-                    high |= row.active_requests;
-                    k.decode_active_request_weight * exact_f64(row.active_requests)
-                } else {
-                    0.0
-                };
-                (
-                    exact_f64(row.active_prefill_tokens),
-                    exact_f64(row.active_decode_blocks),
-                    request_cost,
-                )
-            };
-            // `+ request_cost` is skipped when it is `+ 0.0` (no change to the non-negative sum).
-            let charged = |cost: f64| {
-                if load_mode == Mode::LOAD_WITH_REQUESTS {
-                    cost + request_cost
-                } else {
-                    cost
-                }
-            };
-            *cost = if formula == Mode::SUBTRACT_FROM_DECODE {
-                charged(non_negative(decode_blocks - credit))
-            } else {
-                // Both terms are integers below 2^52, so the sum is the exact integer the general
-                // path converts: `apt + max(P, E_tokens)`.
-                let raw_tokens = if formula == Mode::UNTRACKED_PREFILL {
-                    0.0
-                } else if load_mode == Mode::LOAD_NONE {
-                    prompt
-                } else {
-                    prefill
-                        + if prompt > effective_tokens {
-                            prompt
-                        } else {
-                            effective_tokens
-                        }
-                };
-                charged(
-                    k.prefill_load_scale * non_negative(raw_tokens * self.per_block - credit)
-                        + decode_blocks,
-                )
-            };
-        }
-        // Rows without a cache entry need no valid estimate.
-        let estimates_ok = signs >> 63 == 0;
-        odd == 0 && tiers == 0 && high < EXACT_LIMIT && (estimates_ok || !self.estimates)
-    }
 }
 
 /// Dynamo's default picker: the minimum cost with uniform ties at temperature 0, softmax
@@ -782,7 +884,12 @@ mod tests {
     use super::DefaultCost;
     use super::softmax_index;
     use crate::engine::Scorer;
-    use crate::vocab::{Cache, Load, Request, RequestView, Row, RowFlags, TaintSet, WorkerKey};
+    use std::vec::Vec;
+
+    use crate::vocab::{
+        Cache, Candidates, Load, PreferredTaint, Request, RequestView, Row, RowFlags, TaintSet,
+        WorkerKey,
+    };
 
     fn fleet() -> [Row; 5] {
         core::array::from_fn(|i| {
@@ -803,70 +910,99 @@ mod tests {
         })
     }
 
-    /// Whether the fused pass takes `rows` for `request`, and the costs it wrote.
-    fn fused(request: &Request<'_>, rows: &[Row]) -> (bool, [f64; 5]) {
+    /// What the one-pass steps write for `request` over `rows`: the candidates and their costs,
+    /// checked against the general pipeline's costs for the same candidates.
+    fn one_pass(request: &Request<'_>, rows: &[Row]) -> Option<Vec<(u32, f64)>> {
         let cost = DefaultCost::default();
         let view = RequestView::new(request, cost.inputs(request.leg()));
-        let mut costs = [f64::NAN; 5];
-        let taken = cost.score_all_candidates(&view, request.required_taints, rows, &mut costs);
-        (taken, costs)
+        let (mut order, mut costs) = ([u32::MAX; 5], [f64::NAN; 5]);
+        let m = cost.score_all_rows(&view, rows, &mut order, &mut costs)?;
+        let mut general = [f64::NAN; 5];
+        cost.score(
+            &view,
+            &Candidates::new(view, rows, &order[..m]),
+            &mut general[..m],
+        )
+        .unwrap();
+        for k in 0..m {
+            assert_eq!(costs[k].to_bits(), general[k].to_bits(), "candidate {k}");
+        }
+        Some(
+            order[..m]
+                .iter()
+                .copied()
+                .zip(costs[..m].iter().copied())
+                .collect(),
+        )
     }
 
     #[test]
-    fn the_fused_pass_takes_plain_fleets_and_returns_the_rest() {
+    fn the_one_pass_steps_take_any_sane_fleet_and_decline_the_rest() {
         let request = Request::new(64, 16);
-        let (taken, costs) = fused(&request, &fleet());
-        assert!(taken);
+        let all = one_pass(&request, &fleet()).unwrap();
+        assert_eq!(all.len(), 5);
         // Row 2: raw = 200 + max(64, 48) = 264 tokens = 16.5 blocks, credit 3: 13.5 + 14.
-        assert_eq!(costs[2], 27.5);
+        assert_eq!(all[2], (2, 27.5));
 
         let with = |edit: fn(&mut Row)| {
             let mut rows = fleet();
             edit(&mut rows[3]);
-            fused(&request, &rows).0
+            one_pass(&request, &rows)
         };
-        assert!(!with(|r| *r = r.overloaded(true)), "an overloaded row");
+        // Mixed fleets run the same pass: an overloaded row is left out, rows without a load
+        // projection or a cache entry read as zeros, and the costs are the general pipeline's.
+        let taken = with(|r| *r = r.overloaded(true)).unwrap();
+        assert_eq!(taken.iter().map(|c| c.0).collect::<Vec<_>>(), [0, 1, 2, 4]);
+        assert!(with(|r| r.flags = RowFlags(r.flags.0 & !RowFlags::HAS_LOAD.0)).is_some());
+        assert!(with(|r| r.flags = RowFlags(r.flags.0 & !RowFlags::HAS_CACHE.0)).is_some());
         assert!(
-            !with(|r| r.flags = RowFlags(r.flags.0 & !RowFlags::HAS_LOAD.0)),
-            "mixed flags"
+            with(|r| r.effective_blocks = -0.0).is_some(),
+            "-0.0 is valid"
         );
+        let tiers = Request::new(64, 16).has_tier_matches(true);
+        assert!(one_pass(&tiers, &fleet()).is_some(), "tier matches");
+        let required = Request::new(64, 16).required_taints(TaintSet(1));
+        let mut rows = fleet();
+        rows[1] = rows[1].with_taints(TaintSet(1));
+        assert_eq!(one_pass(&required, &rows).unwrap(), [(1, all[1].1)]);
+        let preferred = [PreferredTaint {
+            taint: crate::vocab::Taint::new(0).unwrap(),
+            weight: 0.5,
+        }];
+        assert!(one_pass(&request.preferred_taints(&preferred), &rows).is_some());
+        // Declined, for the general pipeline to report or to compute with wider integers.
         assert!(
-            !with(|r| r.flags = RowFlags(r.flags.0 | 1 << 20)),
+            with(|r| r.flags = RowFlags(r.flags.0 | 1 << 20)).is_none(),
             "unknown flag bits"
         );
         assert!(
-            !with(|r| r.active_decode_blocks = 1 << 52),
+            with(|r| r.active_decode_blocks = 1 << 52).is_none(),
             "a counter of 2^52"
         );
-        assert!(!with(|r| r.effective_blocks = f64::NAN), "a NaN estimate");
-        assert!(!with(|r| r.effective_blocks = -0.5), "a negative estimate");
         assert!(
-            !with(|r| r.active_prefill_tokens = u64::MAX),
+            with(|r| r.effective_blocks = f64::NAN).is_none(),
+            "a NaN estimate"
+        );
+        assert!(
+            with(|r| r.effective_blocks = -0.5).is_none(),
+            "a negative estimate"
+        );
+        assert!(
+            with(|r| r.active_prefill_tokens = u64::MAX).is_none(),
             "a saturating sum"
         );
+        assert!(one_pass(&required, &fleet()).is_none(), "no candidate");
         assert!(
-            !with(|r| r.effective_blocks = -0.0),
-            "-0.0 (valid, left to the general path)"
+            with(|r| r.host_blocks = 1).is_none(),
+            "host blocks without tier matches (the rows of an estimate have none)"
         );
         assert!(
-            !with(|r| r.host_blocks = 1),
-            "host blocks without tier matches"
-        );
-        let mut rows = fleet();
-        rows[3].disk_blocks = 1;
-        let tiers = Request::new(64, 16).has_tier_matches(true);
-        assert!(fused(&tiers, &rows).0, "disk blocks with tier matches");
-        assert!(
-            !fused(&Request::new(64, 17), &fleet()).0,
+            one_pass(&Request::new(64, 17), &fleet()).is_none(),
             "a block size that is no power of two"
         );
-        let required = Request::new(64, 16).required_taints(TaintSet(1));
-        assert!(
-            !fused(&required, &fleet()).0,
-            "a required taint the rows lack"
-        );
-        let rows = fleet().map(|r| r.with_taints(TaintSet(3)));
-        assert!(fused(&required, &rows).0, "a required taint every row has");
+        let hits = [crate::vocab::BlockRange::new(0, 2)];
+        let shared = request.shared_hits(crate::vocab::SharedHits::new(&hits).unwrap());
+        assert!(one_pass(&shared, &fleet()).is_none(), "shared hits");
     }
 
     #[test]

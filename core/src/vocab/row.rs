@@ -168,9 +168,10 @@ impl Speed {
         clippy::manual_range_contains,
         reason = "branch-free: it runs once per row"
     )]
-    pub fn is_valid(&self) -> bool {
-        let ok = |x: f64| (x >= 0.0) & (x <= f64::MAX);
-        ok(self.base_ms) & ok(self.ms_per_prefill_token) & ok(self.ms_per_active_request)
+    pub const fn is_valid(&self) -> bool {
+        non_negative_finite(self.base_ms)
+            & non_negative_finite(self.ms_per_prefill_token)
+            & non_negative_finite(self.ms_per_active_request)
     }
 }
 
@@ -395,17 +396,8 @@ impl Row {
         reason = "branch-free on purpose: it runs once per row"
     )]
     pub fn is_valid(&self) -> bool {
-        let known_flags = self.flags.0 & !RowFlags::ALL.0 == 0;
-        let no_cache = self.flags.0 & RowFlags::HAS_CACHE.0 == 0;
-        let estimate_ok = (self.effective_blocks >= 0.0) & (self.effective_blocks <= f64::MAX);
-        let no_speed = self.flags.0 & RowFlags::HAS_SPEED.0 == 0;
-        let speed_ok = Speed {
-            base_ms: self.base_ms,
-            ms_per_prefill_token: self.ms_per_prefill_token,
-            ms_per_active_request: self.ms_per_active_request,
-        }
-        .is_valid();
-        known_flags & (no_cache | estimate_ok) & (no_speed | speed_ok)
+        let (flags, estimate, speed) = self.invalid_fields();
+        !(flags | estimate | speed)
     }
 
     /// Checks what the bits mean.
@@ -416,21 +408,77 @@ impl Row {
     /// or negative on a row with a cache entry, or a speed field that is on a row with a speed.
     #[inline]
     pub fn check(&self) -> Result<(), RowField> {
-        if self.flags.0 & !RowFlags::ALL.0 != 0 {
-            return Err(RowField::Flags);
+        match self.invalid_fields() {
+            (true, _, _) => Err(RowField::Flags),
+            (_, true, _) => Err(RowField::EffectiveBlocks),
+            (_, _, true) => Err(RowField::Speed),
+            _ => Ok(()),
         }
-        if self.flags.contains(RowFlags::HAS_CACHE)
-            && !(self.effective_blocks.is_finite() && self.effective_blocks >= 0.0)
-        {
-            return Err(RowField::EffectiveBlocks);
-        }
-        if let Some(speed) = self.speed() {
-            if !speed.is_valid() {
-                return Err(RowField::Speed);
-            }
-        }
-        Ok(())
     }
+
+    /// The one definition of a valid row, without branches: whether the flags, the estimate
+    /// and the speed are invalid.
+    #[inline]
+    const fn invalid_fields(&self) -> (bool, bool, bool) {
+        (
+            self.has_unknown_flags(),
+            self.has_invalid_estimate(),
+            self.has_invalid_speed(),
+        )
+    }
+
+    /// Whether [`Row::flags`] has bits no flag defines.
+    #[inline]
+    pub(crate) const fn has_unknown_flags(&self) -> bool {
+        self.flags.0 & !RowFlags::ALL.0 != 0
+    }
+
+    /// Whether the row has a cache entry whose estimate is NaN, infinite or negative.
+    #[inline]
+    pub(crate) const fn has_invalid_estimate(&self) -> bool {
+        self.estimate_faults() >> 63 != 0
+    }
+
+    /// [`fault_bits`] of the estimate on a row with a cache entry, 0 without one: a selection's
+    /// loop ORs them and looks at the top bit once.
+    #[inline]
+    pub(crate) const fn estimate_faults(&self) -> u64 {
+        let cached = 0u64.wrapping_sub((self.flags.0 & RowFlags::HAS_CACHE.0) as u64);
+        fault_bits(self.effective_blocks) & cached
+    }
+
+    /// Whether the row has a speed with a field NaN, infinite or negative.
+    #[inline]
+    #[allow(
+        clippy::needless_bitwise_bool,
+        reason = "branch-free: it runs once per row in the selection's loop"
+    )]
+    pub(crate) const fn has_invalid_speed(&self) -> bool {
+        let speed = Speed {
+            base_ms: self.base_ms,
+            ms_per_prefill_token: self.ms_per_prefill_token,
+            ms_per_active_request: self.ms_per_active_request,
+        };
+        (self.flags.0 & RowFlags::HAS_SPEED.0 != 0) & !speed.is_valid()
+    }
+}
+
+/// Whether `x` is finite and `>= 0` (`-0.0` included): the one definition of a valid
+/// non-negative value, through [`fault_bits`].
+#[inline]
+const fn non_negative_finite(x: f64) -> bool {
+    fault_bits(x) >> 63 == 0
+}
+
+/// A word whose top bit is set exactly when `x` is NaN, infinite or negative (`-0.0` is not),
+/// from its bits with integer operations a selection's loop can OR together and vectorize: the
+/// sign bit when the magnitude is not zero (`m | -m` has its top bit set exactly when `m != 0`),
+/// or a carry into the top bit when the exponent is all ones.
+#[inline]
+pub(crate) const fn fault_bits(x: f64) -> u64 {
+    let bits = x.to_bits();
+    let magnitude = bits & !(1 << 63);
+    (bits & (magnitude | magnitude.wrapping_neg())) | magnitude.wrapping_add(1 << 52)
 }
 
 /// A field of a [`Row`], named in errors.
