@@ -1218,23 +1218,17 @@ pub(crate) unsafe fn with_core_request<R>(
     request: &libroute_request,
     f: impl FnOnce(&Request<'_>) -> R,
 ) -> Result<R, libroute_status> {
-    let mut storage;
-    let preferred: &mut [PreferredTaint] = if request.preferred_taints_len == 0 {
-        &mut []
-    } else {
-        storage = [PreferredTaint {
-            taint: Taint::default(),
-            weight: 0.0,
-        }; 64];
-        &mut storage
-    };
+    let mut preferred = heapless::Vec::<PreferredTaint, MAX_PREFERRED>::new();
     // SAFETY: forwarded under this function's contract.
-    let converted = unsafe { core_request(request, preferred) }?;
+    let converted = unsafe { core_request(request, &mut preferred) }?;
     Ok(f(&converted))
 }
 
+/// The most preferred taints a request carries (one per taint index).
+const MAX_PREFERRED: usize = 64;
+
 /// Converts a C request into the core's, checking every field; the converted preferred taints
-/// live in `preferred`, which holds 64 entries whenever the request has any.
+/// live in `preferred` (empty on entry).
 ///
 /// # Safety
 ///
@@ -1247,7 +1241,7 @@ pub(crate) unsafe fn with_core_request<R>(
 #[inline(always)]
 unsafe fn core_request<'a>(
     request: &'a libroute_request,
-    preferred: &'a mut [PreferredTaint],
+    preferred: &'a mut heapless::Vec<PreferredTaint, MAX_PREFERRED>,
 ) -> Result<Request<'a>, libroute_status> {
     let role = role(request.role)?;
     let track = flag(request.track_prefill_tokens, "track_prefill_tokens")?;
@@ -1273,23 +1267,26 @@ unsafe fn core_request<'a>(
             "a request array is NULL with a non-zero length",
         ));
     };
-    if c_preferred.len() > preferred.len() {
-        return Err(fail(
-            libroute_status::InvalidRequest,
-            format_args!("{} preferred taints; at most 64", c_preferred.len()),
-        ));
-    }
-    for (slot, p) in preferred.iter_mut().zip(c_preferred) {
+    for p in c_preferred {
         let Some(taint) = Taint::new(p.taint) else {
             return Err(fail(
                 libroute_status::InvalidRequest,
                 format_args!("preferred taint {} is not below 64", p.taint),
             ));
         };
-        *slot = PreferredTaint {
+        let converted = PreferredTaint {
             taint,
             weight: p.weight,
         };
+        if preferred.push(converted).is_err() {
+            return Err(fail(
+                libroute_status::InvalidRequest,
+                format_args!(
+                    "{} preferred taints; at most {MAX_PREFERRED}",
+                    c_preferred.len()
+                ),
+            ));
+        }
     }
     let mut core = Request::new(request.prompt_tokens, request.block_size)
         .role(role)
@@ -1297,7 +1294,7 @@ unsafe fn core_request<'a>(
         .conditional_disagg(conditional)
         .has_tier_matches(tier_matches)
         .required_taints(TaintSet(request.required_taints))
-        .preferred_taints(&preferred[..c_preferred.len()]);
+        .preferred_taints(preferred);
     if has_shared {
         let hits = SharedHits::new(c_hits).map_err(|e| fail(libroute_status::InvalidRequest, e))?;
         core = core.shared_hits(hits);

@@ -779,31 +779,24 @@ impl Filter for OverloadLimits {
 pub const MAX_ALLOWED: usize = 64;
 
 /// Keeps only the listed worker ids (every rank of each).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AllowList {
-    ids: [u64; MAX_ALLOWED],
-    len: usize,
+    ids: heapless::Vec<u64, MAX_ALLOWED>,
 }
 
 impl AllowList {
     /// An allow-list of `ids`, or `None` when there are more than [`MAX_ALLOWED`].
     #[must_use]
     pub fn new(ids: &[u64]) -> Option<Self> {
-        if ids.len() > MAX_ALLOWED {
-            return None;
-        }
-        let mut list = AllowList {
-            ids: [0; MAX_ALLOWED],
-            len: ids.len(),
-        };
-        list.ids[..ids.len()].copy_from_slice(ids);
-        Some(list)
+        Some(AllowList {
+            ids: heapless::Vec::from_slice(ids).ok()?,
+        })
     }
 
     /// The listed ids.
     #[must_use]
     pub fn ids(&self) -> &[u64] {
-        &self.ids[..self.len]
+        &self.ids
     }
 }
 
@@ -958,7 +951,7 @@ impl Picker for PowerOfChoices {
 }
 
 /// Any builtin filter.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 #[allow(
     clippy::large_enum_variant,
     reason = "no allocation: the allow-list is stored inline, once per policy"
@@ -1130,66 +1123,26 @@ impl Picker for BuiltinPicker {
 }
 
 /// A list of at most `N` components in fixed storage (no allocation): the filters and scorers of
-/// a policy assembled at run time.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct List<T, const N: usize> {
-    items: [Option<T>; N],
-    len: usize,
-}
+/// a policy assembled at run time. `push` hands the item back when the list is full.
+pub type List<T, const N: usize> = heapless::Vec<T, N>;
 
-impl<T: Copy, const N: usize> List<T, N> {
-    /// An empty list.
-    #[must_use]
-    pub const fn new() -> Self {
-        Self {
-            items: [None; N],
-            len: 0,
-        }
-    }
-
-    /// Appends `item`, or gives it back when the list is full.
-    ///
-    /// # Errors
-    ///
-    /// The item, when `N` are already held.
-    pub fn push(&mut self, item: T) -> Result<(), T> {
-        if self.len == N {
-            return Err(item);
-        }
-        self.items[self.len] = Some(item);
-        self.len += 1;
-        Ok(())
-    }
-
-    /// The items.
-    pub fn iter(&self) -> impl Iterator<Item = &T> {
-        self.items[..self.len].iter().flatten()
-    }
-}
-
-impl<T: Copy, const N: usize> Default for List<T, N> {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-impl<T: Filter + Copy, const N: usize> Filters for List<T, N> {
+impl<T: Filter, const N: usize> Filters for List<T, N> {
     fn len(&self) -> usize {
-        self.len
+        self.as_slice().len()
     }
 
     fn get(&self, i: usize) -> Option<&dyn Filter> {
-        self.items.get(i)?.as_ref().map(|f| f as &dyn Filter)
+        self.as_slice().get(i).map(|f| f as &dyn Filter)
     }
 }
 
-impl<T: Scorer + Copy, const N: usize> Scorers for List<T, N> {
+impl<T: Scorer, const N: usize> Scorers for List<T, N> {
     fn len(&self) -> usize {
-        self.len
+        self.as_slice().len()
     }
 
     fn get(&self, i: usize) -> Option<&dyn Scorer> {
-        self.items.get(i)?.as_ref().map(|s| s as &dyn Scorer)
+        self.as_slice().get(i).map(|s| s as &dyn Scorer)
     }
 }
 

@@ -847,7 +847,7 @@ fn assemble_built(
             most: MAX_FILTERS,
         })?;
     }
-    let policy = Policy::new(f, *scorers, picker.build()?).map_err(CatalogError::from)?;
+    let policy = Policy::new(f, scorers.clone(), picker.build()?).map_err(CatalogError::from)?;
     Ok(policy.with_seed(seed))
 }
 
