@@ -4,7 +4,7 @@
 use crate::engine::Policy;
 use crate::engine::rng::{self, RandomSource};
 use crate::engine::{ComponentError, Pick, PickInput, PickReason, Picker, Scorer};
-use crate::vocab::{Candidates, RequestView, WorkerInputs, fault_bits, taint_multiplier};
+use crate::vocab::{Candidates, RequestView, WorkerInputs, taint_multiplier};
 use crate::vocab::{Label, Leg, PreferredTaint, Role, Row, RowFlags, SharedHits, TaintSet};
 
 /// The default policy's type: no filters, the default cost, the default picker.
@@ -475,8 +475,8 @@ fn admit_and_cost<const M: u16>(
         return None;
     }
     let mut multipliers = Multipliers::new(ctx.preferred);
-    let (mut invalid, mut faults, mut odd, mut high, mut left_out) =
-        (first.has_unknown_flags(), 0u64, 0, 0u64, 0usize);
+    let (mut invalid, mut odd, mut high, mut left_out) =
+        (first.has_unknown_flags(), 0, 0u64, 0usize);
     // In a uniform fleet every row has a speed if the first has (else `odd` shows it).
     let mut speeds = if uniform {
         first.flags.0 & RowFlags::HAS_SPEED.0
@@ -484,7 +484,6 @@ fn admit_and_cost<const M: u16>(
         0
     };
     let fleet_masks = ctx.masks(first);
-    let fleet_cache = 0u64.wrapping_sub(u64::from(first.flags.contains(RowFlags::HAS_CACHE)));
     let (order, costs) = (&mut order[..rows.len()], &mut costs[..rows.len()]);
     for (i, ((row, cost), slot)) in rows
         .iter()
@@ -492,12 +491,7 @@ fn admit_and_cost<const M: u16>(
         .zip(order.iter_mut())
         .enumerate()
     {
-        // In a uniform fleet every row has a cache entry if the first has.
-        faults |= if uniform {
-            fault_bits(row.effective_blocks) & fleet_cache
-        } else {
-            row.estimate_faults()
-        };
+        invalid |= row.has_invalid_estimate();
         #[allow(clippy::cast_possible_truncation, reason = "rows.len() <= 2^31")]
         let index = i as u32;
         if uniform {
@@ -515,7 +509,6 @@ fn admit_and_cost<const M: u16>(
         }
     }
     if invalid
-        || faults >> 63 != 0
         || odd != 0
         || high >= EXACT_LIMIT
         || left_out == rows.len()

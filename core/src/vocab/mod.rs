@@ -13,6 +13,5 @@ pub use inputs::{Candidates, RequestView, RowView, WorkerInputs};
 pub use request::{
     BlockRange, Label, Leg, PreferredTaint, Request, RequestError, Role, SharedHits,
 };
-pub(crate) use row::fault_bits;
 pub use row::{Cache, Load, Row, RowField, RowFlags, Speed};
 pub use worker::{Taint, TaintSet, WorkerKey};

@@ -435,16 +435,12 @@ impl Row {
 
     /// Whether the row has a cache entry whose estimate is NaN, infinite or negative.
     #[inline]
+    #[allow(
+        clippy::needless_bitwise_bool,
+        reason = "branch-free: it runs once per row in the selection's loop"
+    )]
     pub(crate) const fn has_invalid_estimate(&self) -> bool {
-        self.estimate_faults() >> 63 != 0
-    }
-
-    /// [`fault_bits`] of the estimate on a row with a cache entry, 0 without one: a selection's
-    /// loop ORs them and looks at the top bit once.
-    #[inline]
-    pub(crate) const fn estimate_faults(&self) -> u64 {
-        let cached = 0u64.wrapping_sub((self.flags.0 & RowFlags::HAS_CACHE.0) as u64);
-        fault_bits(self.effective_blocks) & cached
+        (self.flags.0 & RowFlags::HAS_CACHE.0 != 0) & !non_negative_finite(self.effective_blocks)
     }
 
     /// Whether the row has a speed with a field NaN, infinite or negative.
@@ -463,22 +459,16 @@ impl Row {
     }
 }
 
-/// Whether `x` is finite and `>= 0` (`-0.0` included): the one definition of a valid
-/// non-negative value, through [`fault_bits`].
+/// Whether `x` is finite and `>= 0` (`-0.0` included), without branches: the one definition
+/// of a valid non-negative value.
 #[inline]
+#[allow(
+    clippy::manual_range_contains,
+    clippy::needless_bitwise_bool,
+    reason = "two comparisons and an AND, no branch"
+)]
 const fn non_negative_finite(x: f64) -> bool {
-    fault_bits(x) >> 63 == 0
-}
-
-/// A word whose top bit is set exactly when `x` is NaN, infinite or negative (`-0.0` is not),
-/// from its bits with integer operations a selection's loop can OR together and vectorize: the
-/// sign bit when the magnitude is not zero (`m | -m` has its top bit set exactly when `m != 0`),
-/// or a carry into the top bit when the exponent is all ones.
-#[inline]
-pub(crate) const fn fault_bits(x: f64) -> u64 {
-    let bits = x.to_bits();
-    let magnitude = bits & !(1 << 63);
-    (bits & (magnitude | magnitude.wrapping_neg())) | magnitude.wrapping_add(1 << 52)
+    (x >= 0.0) & (x <= f64::MAX)
 }
 
 /// A field of a [`Row`], named in errors.
