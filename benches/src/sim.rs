@@ -793,7 +793,8 @@ pub fn builtin_policies(fleet: &Fleet) -> Vec<(String, String)> {
 ///
 /// # Errors
 ///
-/// The file cannot be read or is not a JSON object, or `only` names a policy there is not.
+/// The file cannot be read or is not a JSON object, a policy's configuration is invalid, or
+/// `only` names a policy there is not.
 pub fn choose_policies(
     mut all: Vec<(String, String)>,
     policies_file: Option<&str>,
@@ -815,6 +816,10 @@ pub fn choose_policies(
         }
         all.retain(|(n, _)| only.contains(n));
     }
+    // Every configuration is checked before anything runs.
+    for (name, json) in &all {
+        policy(json).map_err(|e| format!("policy {name}: {e}"))?;
+    }
     Ok(all)
 }
 
@@ -824,9 +829,8 @@ pub fn choose_policies(
 ///
 /// The configuration error, naming what is wrong.
 pub fn policy(json: &str) -> Result<CatalogPolicy, String> {
-    serde_json::from_str::<PolicyConfig>(json)
-        .map_err(|e| e.to_string())?
-        .build()
+    libroute_core::catalog_config::parse::<PolicyConfig>(json)
+        .and_then(|config| config.build())
         .map_err(|e| e.to_string())
 }
 
