@@ -33,7 +33,7 @@ fn fleet() -> impl Strategy<Value = Vec<Row>> {
     let row = (
         (0u32..64, 0u32..8, 0u32..8, 0u32..200),
         (0u64..5000, 0u64..500, 0u64..40, 0u64..3000),
-        (0u64..4, 0u32..600),
+        (0u64..128, 0u32..600),
     );
     (
         1usize..48,
@@ -172,12 +172,17 @@ proptest! {
         block_size in prop::sample::select(vec![16u32, 16, 1, 64, 17, 3]),
         track in any::<bool>(), tiers in any::<bool>(),
         required in prop::sample::select(vec![0u64, 0, 0, 1, 2]),
-        shared in proptest::bool::weighted(0.15), preferred in proptest::bool::weighted(0.15),
+        shared in proptest::bool::weighted(0.15), preferred in proptest::bool::weighted(0.3),
+        how_many in prop::sample::select(vec![1u32, 2, 3, 5, 7]),
         temperature in prop::sample::select(vec![0.0, 0.0, 0.7]),
         seed in proptest::option::of(any::<u64>()), entropy in any::<u64>(),
     ) {
         let hits = [BlockRange::new(0, 3)];
-        let taints = [PreferredTaint { taint: Taint::new(1).unwrap(), weight: 0.5 }];
+        // Up to 3 preferred taints take the eager table, up to 6 the lazy one, more are
+        // computed per row: every way must give the general pipeline's multipliers.
+        let taints: Vec<PreferredTaint> = (0..how_many)
+            .map(|j| PreferredTaint { taint: Taint::new(j).unwrap(), weight: 0.5 - 0.3 * f64::from(j) })
+            .collect();
         let mut request = Request::new(prompt, block_size)
             .role(role)
             .conditional_disagg(disagg)

@@ -257,6 +257,9 @@ struct Multipliers<'a> {
     table: [f64; 64],
     known: u64,
     eager: bool,
+    /// With `eager`: the bit of each preferred taint, 0 past the last, so the subset takes three
+    /// fixed steps.
+    bits: [u64; 3],
 }
 
 impl<'a> Multipliers<'a> {
@@ -274,11 +277,18 @@ impl<'a> Multipliers<'a> {
                 *m = taint_multiplier(preferred, taints).unwrap_or(1.0);
             }
         }
+        let mut bits = [0; 3];
+        if eager {
+            for (bit, p) in bits.iter_mut().zip(preferred) {
+                *bit = TaintSet::EMPTY.with(p.taint).0;
+            }
+        }
         Self {
             preferred,
             table,
             known: if eager { u64::MAX } else { 0 },
             eager,
+            bits,
         }
     }
 
@@ -287,6 +297,13 @@ impl<'a> Multipliers<'a> {
     fn of(&mut self, taints: TaintSet) -> Option<f64> {
         if self.preferred.is_empty() {
             return None;
+        }
+        if self.eager {
+            let mut subset = 0usize;
+            for (j, bit) in self.bits.iter().enumerate() {
+                subset |= usize::from(taints.0 & bit != 0) << j;
+            }
+            return Some(self.table[subset]);
         }
         if self.preferred.len() > 6 {
             return taint_multiplier(self.preferred, taints);
@@ -591,12 +608,13 @@ impl Scorer for DefaultCost {
         Ok(())
     }
 
-    /// Validity, admission and this cost for every row in one pass (the same [`row_cost`] as
-    /// [`Scorer::score`], per row masks for what rows carry), for any fleet: rows with or
-    /// without cache entries and load projections, overloaded or ineligible ones, preferred
-    /// taints, decay and shared hits. It declines, for the general pipeline to decide, only what
-    /// no sane host sends: an invalid row, counters of 2^52 or more, weights beyond
-    /// [`DefaultCost::costs_are_bounded`], more rows than `order` holds, or no candidate.
+    /// Validity, admission and this cost for every row in one pass (the same formula as
+    /// [`Scorer::score`], with per-row masks for what rows carry), for mixed fleets too: rows
+    /// with or without cache entries and load projections, overloaded or ineligible ones,
+    /// preferred taints. It declines, for the general pipeline to decide with the same formula,
+    /// decay, shared hits and a block size that is not a power of two, and what no sane host
+    /// sends: an invalid row, counters of 2^52 or more, knobs outside their validated ranges,
+    /// more rows than `order` holds, or no candidate.
     fn score_all_rows(
         &self,
         request: &RequestView<'_>,
