@@ -696,3 +696,39 @@ fn ttft_takes_counters_near_the_integer_limit() {
         assert_eq!(explained.worker.worker_id, 2);
     }
 }
+
+/// Every path of the pipeline names an invalid speed: the general one without filters (which
+/// checks speeds in a second pass when a row carries one), the one with filters, and the
+/// default policy's one-pass steps (which decline and let the general pipeline name it).
+#[test]
+fn an_invalid_speed_is_named_on_every_path() {
+    let mut bad = row(2, 0, 0);
+    bad.flags = RowFlags(bad.flags.0 | RowFlags::HAS_SPEED.0);
+    bad.ms_per_prefill_token = f64::NAN;
+    let mut good = row(1, 0, 0);
+    good.flags = RowFlags(good.flags.0 | RowFlags::HAS_SPEED.0);
+    let rows = [good, bad, row(3, 0, 0)];
+    let mut selector = Selector::<8>::new();
+    for json in [
+        r#"{"type": "least_loaded"}"#,
+        r#"{"type": "least_loaded", "filters": [{"type": "overload", "max_requests": 9}]}"#,
+        r#"{"type": "default"}"#,
+    ] {
+        assert_eq!(
+            policy(json).select(&mut selector, &REQ, &rows).unwrap_err(),
+            SelectError::InvalidRow {
+                row: 1,
+                field: RowField::Speed
+            },
+            "{json}"
+        );
+    }
+    // Valid speeds pass.
+    let mut fine = rows;
+    fine[1].ms_per_prefill_token = 0.5;
+    assert!(
+        policy(r#"{"type": "least_loaded"}"#)
+            .select(&mut selector, &REQ, &fine)
+            .is_ok()
+    );
+}

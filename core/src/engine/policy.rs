@@ -9,7 +9,9 @@ use super::component::{
 use super::outcome::{Disposition, Explanation, SelectError, Selection};
 use super::rng::{RandomSource, WyRand};
 use super::selector::{Last, Scratch, Selector};
-use crate::vocab::{Candidates, Leg, Request, RequestView, Row, RowField, RowView, WorkerInputs};
+use crate::vocab::{
+    Candidates, Leg, Request, RequestView, Row, RowField, RowFlags, RowView, WorkerInputs,
+};
 
 /// The most scorers one policy may sum (each needs a cost column in the [`Selector`]).
 pub const MAX_SCORERS: usize = 8;
@@ -451,41 +453,54 @@ impl<F: Filters, S: Scorers, P: Picker> Policy<F, S, P> {
             }
             #[allow(
                 clippy::cast_possible_truncation,
-                reason = "rows.len() <= capacity <= u32::MAX"
+                reason = "rows.len() <= capacity <= 2^31"
             )]
             {
                 scratch.order[0] = i as u32;
             }
             1
         } else if self.filters.is_empty() {
-            // No filters: eligibility and the host's overload mark decide, branch-free per row.
+            // No filters: eligibility and the host's overload mark decide. The loop has no
+            // data-dependent index: each row's index goes to its own slot, with the top bit set
+            // when it is left out (rows <= capacity <= 2^31), and only a fleet with rows left
+            // out pays for the compaction after it.
             let required = request.required_taints;
             let order = &mut scratch.order[..rows.len()];
-            let (mut m, mut eligible, mut valid) = (0usize, 0usize, true);
-            for (i, row) in rows.iter().enumerate() {
-                // Validity is folded without branching; the bad row is found below, only if any.
-                valid &= row.is_valid();
-                let is_eligible = row.taints.contains_all(required);
-                let is_candidate = row.is_candidate(required);
+            let (mut left_out, mut eligible, mut invalid, mut speeds) = (0usize, 0usize, false, 0);
+            for (i, (row, slot)) in rows.iter().zip(order.iter_mut()).enumerate() {
+                // Validity is folded without branching (speeds, which few rows carry, in a second
+                // pass when any does); the bad row is found below, only if any.
+                invalid |= row.has_unknown_flags() | row.has_invalid_estimate();
+                speeds |= row.flags.0 & RowFlags::HAS_SPEED.0;
+                let excluded = !row.is_candidate(required);
                 #[allow(
                     clippy::cast_possible_truncation,
-                    reason = "rows.len() <= capacity <= u32::MAX"
+                    reason = "rows.len() <= capacity <= 2^31"
                 )]
                 {
-                    order[m] = i as u32;
+                    *slot = i as u32 | u32::from(excluded) << 31;
                 }
-                m += usize::from(is_candidate);
-                eligible += usize::from(is_eligible);
+                left_out += usize::from(excluded);
+                eligible += usize::from(row.taints.contains_all(required));
             }
-            if !valid {
+            if invalid || (speeds != 0 && rows.iter().any(Row::has_invalid_speed)) {
                 return Err(first_invalid(rows));
             }
+            let m = rows.len() - left_out;
             if m == 0 {
                 return Err(if eligible > 0 {
                     SelectError::AllOverloaded
                 } else {
                     SelectError::NoEndpoints
                 });
+            }
+            if left_out > 0 {
+                let mut k = 0;
+                for i in 0..order.len() {
+                    let entry = order[i];
+                    order[k] = entry & !(1 << 31);
+                    k += 1 - (entry >> 31) as usize;
+                }
             }
             m
         } else {
@@ -498,7 +513,7 @@ impl<F: Filters, S: Scorers, P: Picker> Policy<F, S, P> {
                     Ok(Verdict::Keep) => {
                         #[allow(
                             clippy::cast_possible_truncation,
-                            reason = "rows.len() <= capacity <= u32::MAX"
+                            reason = "rows.len() <= capacity <= 2^31"
                         )]
                         {
                             scratch.order[m] = i as u32;

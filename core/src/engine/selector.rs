@@ -73,8 +73,8 @@ impl<const N: usize> Selector<N> {
         const {
             assert!(N > 0, "Selector capacity N must be at least 1");
             assert!(
-                N <= u32::MAX as usize,
-                "Selector capacity N must fit in u32 row indices"
+                N <= 1 << 31,
+                "Selector capacity N must be at most 2^31 (row indices with a spare bit)"
             );
         }
         Self {
