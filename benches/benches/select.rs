@@ -8,18 +8,22 @@ use std::hint::black_box;
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use libroute_benches::{MIXED_PREFERRED, bench_fleet, mixed_fleet};
-use libroute_core::{DefaultKnobs, Request, Selector};
+use libroute_core::{DefaultKnobs, Request, Row, Selector};
 
 const SIZES: [u64; 5] = [8, 64, 256, 1024, 4096];
 
 fn select(c: &mut Criterion) {
-    let request = Request::new(2048, 16);
+    let plain = Request::new(2048, 16);
+    let preferred = plain.preferred_taints(&MIXED_PREFERRED);
     let mut selector = Box::new(Selector::<4096>::new());
-    for (temperature, seed, name) in [
-        (0.0, None, "T0"),
-        (0.0, Some(42), "T0-seeded"),
-        (0.7, None, "T0.7"),
-        (0.7, Some(42), "T0.7-seeded"),
+    let uniform: fn(u64) -> Vec<Row> = bench_fleet;
+    let mixed: fn(u64) -> Vec<Row> = mixed_fleet;
+    for (temperature, seed, name, request, fleet) in [
+        (0.0, None, "T0", &plain, uniform),
+        (0.0, Some(42), "T0-seeded", &plain, uniform),
+        (0.7, None, "T0.7", &plain, uniform),
+        (0.7, Some(42), "T0.7-seeded", &plain, uniform),
+        (0.0, None, "T0-mixed", &preferred, mixed),
     ] {
         let policy = DefaultKnobs {
             temperature,
@@ -30,33 +34,18 @@ fn select(c: &mut Criterion) {
         .unwrap();
         let mut group = c.benchmark_group(format!("default/{name}"));
         for n in SIZES {
-            let rows = bench_fleet(n);
+            let rows = fleet(n);
             group.throughput(Throughput::Elements(n));
             group.bench_with_input(BenchmarkId::from_parameter(n), &rows, |b, rows| {
                 b.iter(|| {
                     policy
-                        .select(&mut selector, black_box(&request), black_box(rows))
+                        .select(&mut selector, black_box(request), black_box(rows))
                         .unwrap()
                 });
             });
         }
         group.finish();
     }
-    let policy = DefaultKnobs::default().build().unwrap();
-    let request = request.preferred_taints(&MIXED_PREFERRED);
-    let mut group = c.benchmark_group("default/T0-mixed");
-    for n in SIZES {
-        let rows = mixed_fleet(n);
-        group.throughput(Throughput::Elements(n));
-        group.bench_with_input(BenchmarkId::from_parameter(n), &rows, |b, rows| {
-            b.iter(|| {
-                policy
-                    .select(&mut selector, black_box(&request), black_box(rows))
-                    .unwrap()
-            });
-        });
-    }
-    group.finish();
 }
 
 criterion_group!(benches, select);

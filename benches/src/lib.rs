@@ -5,7 +5,7 @@
 // Why: the README is prose for people, with tool names (CMake, ASan) that are not code items.
 #![allow(clippy::doc_markdown)]
 
-use libroute_core::{Cache, Load, PreferredTaint, Row, Taint, TaintSet, WorkerKey};
+use libroute_core::{Cache, Load, PreferredTaint, Row, RowFlags, Taint, TaintSet, WorkerKey};
 
 pub mod sim;
 
