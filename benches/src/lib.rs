@@ -46,15 +46,11 @@ pub fn mixed_fleet(n: u64) -> Vec<Row> {
             match i % 10 {
                 3 => row.overloaded(true),
                 5 => Row {
-                    flags: libroute_core::RowFlags(
-                        row.flags.0 & !libroute_core::RowFlags::HAS_LOAD.0,
-                    ),
+                    flags: RowFlags(row.flags.0 & !RowFlags::HAS_LOAD.0),
                     ..row
                 },
                 7 => Row {
-                    flags: libroute_core::RowFlags(
-                        row.flags.0 & !libroute_core::RowFlags::HAS_CACHE.0,
-                    ),
+                    flags: RowFlags(row.flags.0 & !RowFlags::HAS_CACHE.0),
                     ..row
                 },
                 _ => row,
