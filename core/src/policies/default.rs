@@ -559,13 +559,7 @@ fn to_f64(x: u64) -> f64 {
 /// `round(x)` half away from zero, clamped at 0, as a block position.
 #[inline]
 fn block_position(x: f64) -> u64 {
-    #[allow(
-        clippy::cast_possible_truncation,
-        clippy::cast_sign_loss,
-        reason = "float-to-int `as` saturates; the value is clamped at 0 first"
-    )]
-    let position = non_negative(libm::round(x)) as u64;
-    position
+    crate::vocab::math::round_count(x)
 }
 
 const fn plain_decode(leg: Leg) -> bool {

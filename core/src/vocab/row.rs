@@ -89,15 +89,25 @@ impl Cache {
         disk_weight: f64,
         block_size: u32,
     ) -> Self {
-        let effective_blocks =
-            f64::from(device) + host_weight * f64::from(host) + disk_weight * f64::from(disk);
-        let tokens = libm::round(effective_blocks * f64::from(block_size));
-        #[allow(
-            clippy::cast_possible_truncation,
-            clippy::cast_sign_loss,
-            reason = "float-to-int `as` saturates; negatives and NaN become 0 as the spec clamps"
-        )]
-        let effective_tokens = tokens as u64;
+        let tokens = u64::from(device) * u64::from(block_size);
+        let (effective_blocks, effective_tokens) = if host == 0
+            && disk == 0
+            && host_weight.is_finite()
+            && disk_weight.is_finite()
+            && tokens < 1 << 53
+        {
+            // Device blocks alone, the common case: the weighted terms are (signed) zeros that
+            // change no sum, and the product is exact in `f64`, so its rounding is itself.
+            (f64::from(device), tokens)
+        } else {
+            let blocks =
+                f64::from(device) + host_weight * f64::from(host) + disk_weight * f64::from(disk);
+            // Rounded half away from zero, negatives and NaN to 0, as the spec clamps.
+            (
+                blocks,
+                crate::vocab::math::round_count(blocks * f64::from(block_size)),
+            )
+        };
         Self {
             device_blocks: device,
             host_blocks: host,
@@ -491,5 +501,54 @@ impl fmt::Display for RowField {
             RowField::EffectiveBlocks => "effective_blocks is NaN, infinite or negative",
             RowField::Speed => "a speed field is NaN, infinite or negative",
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Cache;
+
+    /// The spec's estimate written out plainly, as `from_tiers` computed it before its fast path.
+    fn plain(device: u32, host: u32, disk: u32, hw: f64, dw: f64, bs: u32) -> (u64, u64) {
+        let blocks = f64::from(device) + hw * f64::from(host) + dw * f64::from(disk);
+        let tokens = libm::round(blocks * f64::from(bs));
+        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+        let tokens = if tokens > 0.0 { tokens as u64 } else { 0 };
+        (blocks.to_bits(), tokens)
+    }
+
+    #[test]
+    fn from_tiers_is_the_plain_formula_bit_for_bit() {
+        let weights = [
+            0.75,
+            0.25,
+            0.0,
+            -0.0,
+            -1.5,
+            1e300,
+            f64::INFINITY,
+            f64::NEG_INFINITY,
+            f64::NAN,
+            f64::MIN_POSITIVE,
+        ];
+        let counts = [0, 1, 2, 7, 1 << 20, u32::MAX - 1, u32::MAX];
+        let sizes = [1, 16, 17, 64, 1 << 21, 1 << 22, u32::MAX];
+        for &device in &counts {
+            for &(host, disk) in &[(0, 0), (1, 0), (0, 3), (5, 9), (u32::MAX, u32::MAX)] {
+                for &hw in &weights {
+                    for &dw in &weights {
+                        for &bs in &sizes {
+                            let c = Cache::from_tiers(device, host, disk, hw, dw, bs);
+                            let got = (c.effective_blocks.to_bits(), c.effective_tokens);
+                            assert_eq!(
+                                got,
+                                plain(device, host, disk, hw, dw, bs),
+                                "{device} {host} {disk} {hw} {dw} {bs}"
+                            );
+                        }
+                    }
+                }
+            }
+        }
     }
 }
