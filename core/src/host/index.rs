@@ -664,26 +664,39 @@ where
         block_size: u32,
     ) {
         for row in rows {
-            if let Some([device, host, disk]) = self.overlap(overlaps, row.worker) {
-                *row = row.with_cache(Cache::from_tiers(
-                    device,
-                    host,
-                    disk,
-                    host_weight,
-                    disk_weight,
-                    block_size,
-                ));
-            } else {
-                row.flags = RowFlags(row.flags.0 & !RowFlags::HAS_CACHE.0);
-                *row = Row {
-                    device_blocks: 0,
-                    host_blocks: 0,
-                    disk_blocks: 0,
-                    effective_blocks: 0.0,
-                    effective_tokens: 0,
-                    ..*row
-                };
-            }
+            self.fill_row(overlaps, row, host_weight, disk_weight, block_size);
+        }
+    }
+
+    /// [`PrefixIndex::fill_rows`] for one row.
+    #[inline]
+    pub(crate) fn fill_row(
+        &self,
+        overlaps: &Overlaps<WORDS>,
+        row: &mut Row,
+        host_weight: f64,
+        disk_weight: f64,
+        block_size: u32,
+    ) {
+        if let Some([device, host, disk]) = self.overlap(overlaps, row.worker) {
+            *row = row.with_cache(Cache::from_tiers(
+                device,
+                host,
+                disk,
+                host_weight,
+                disk_weight,
+                block_size,
+            ));
+        } else {
+            row.flags = RowFlags(row.flags.0 & !RowFlags::HAS_CACHE.0);
+            *row = Row {
+                device_blocks: 0,
+                host_blocks: 0,
+                disk_blocks: 0,
+                effective_blocks: 0.0,
+                effective_tokens: 0,
+                ..*row
+            };
         }
     }
 }

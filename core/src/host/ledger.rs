@@ -314,17 +314,23 @@ where
     /// Writes each row's LOAD inputs from the ledger; rows of unknown workers get no projection.
     pub fn fill_rows(&self, rows: &mut [Row]) {
         for row in rows {
-            match self.load(row.worker) {
-                Some(load) => {
-                    *row = row.with_load(Load {
-                        available: true,
-                        active_prefill_tokens: load.active_prefill_tokens,
-                        active_decode_blocks: load.active_decode_blocks,
-                        active_requests: load.active_requests,
-                    });
-                }
-                None => row.flags = RowFlags(row.flags.0 & !RowFlags::HAS_LOAD.0),
+            self.fill_row(row);
+        }
+    }
+
+    /// [`Ledger::fill_rows`] for one row.
+    #[inline]
+    pub(crate) fn fill_row(&self, row: &mut Row) {
+        match self.load(row.worker) {
+            Some(load) => {
+                *row = row.with_load(Load {
+                    available: true,
+                    active_prefill_tokens: load.active_prefill_tokens,
+                    active_decode_blocks: load.active_decode_blocks,
+                    active_requests: load.active_requests,
+                });
             }
+            None => row.flags = RowFlags(row.flags.0 & !RowFlags::HAS_LOAD.0),
         }
     }
 

@@ -179,27 +179,32 @@ where
         }
         let inputs = policy.inputs(request.leg());
         let mut request = *request;
-        if inputs.contains(WorkerInputs::CACHE) {
+        let cache = inputs.contains(WorkerInputs::CACHE);
+        if cache {
             self.index.query(hashes, &mut self.overlaps);
-            self.index.fill_rows(
-                &self.overlaps,
-                rows,
-                self.host_weight,
-                self.disk_weight,
-                request.block_size,
-            );
             request.has_tier_matches = self.overlaps.has_tier_matches();
         }
-        self.ledger.fill_rows(rows);
-        if inputs.contains(WorkerInputs::SPEED) {
-            self.ledger.fill_speeds(rows);
-        }
         let blocks = request.request_blocks();
+        // Each row's inputs in one pass (`PrefixIndex::fill_rows`, `Ledger::fill_rows` and the
+        // request's new blocks), so every row is read and written once.
         for row in rows.iter_mut() {
+            if cache {
+                self.index.fill_row(
+                    &self.overlaps,
+                    row,
+                    self.host_weight,
+                    self.disk_weight,
+                    request.block_size,
+                );
+            }
+            self.ledger.fill_row(row);
             if row.flags.contains(RowFlags::HAS_LOAD) {
                 let new_blocks = blocks.saturating_sub(u64::from(row.cache().device_blocks));
                 row.active_decode_blocks = row.active_decode_blocks.saturating_add(new_blocks);
             }
+        }
+        if inputs.contains(WorkerInputs::SPEED) {
+            self.ledger.fill_speeds(rows);
         }
         let selection = policy
             .select(selector, &request, rows)

@@ -1,0 +1,99 @@
+//! Where the router's decision goes at 1,024 workers: the parts of `Router::route` one at a
+//! time, on the `host` benchmark's fleet (worker `w` holds the first 64 blocks of prompt
+//! `w % 64`, a 128-block prompt): the overlap query, writing the rows' CACHE inputs from it
+//! (`index-fill`; `index-probe` is its worker lookups alone, `from-tiers` its estimates alone),
+//! writing their LOAD inputs (`ledger-fill`), and the selection. `cargo bench -p
+//! libroute-benches --bench route_parts`; medians in `benches/RESULTS.md`.
+
+use std::hint::black_box;
+
+use criterion::{Criterion, criterion_group, criterion_main};
+use libroute_core::{
+    BlockSlot, Cache, DefaultKnobs, KvEvent, Ledger, LoadSlot, Overlaps, PrefixIndex, Request,
+    RequestSlot, Row, Selector, Tier, WorkerKey, WorkerSlot,
+};
+
+const WORKERS: u64 = 1024;
+const WORDS: usize = 16;
+
+fn parts(c: &mut Criterion) {
+    let mut index = PrefixIndex::<_, _, WORDS>::new(
+        vec![BlockSlot::<WORDS>::empty(); 1 << 18],
+        vec![WorkerSlot::empty(); 128 * WORDS],
+    )
+    .unwrap();
+    let mut ledger = Ledger::new(
+        vec![RequestSlot::empty(); 1 << 12],
+        vec![LoadSlot::empty(); 2 * 128 * WORDS],
+        vec![0u64; 64],
+    )
+    .unwrap();
+    let prompts: Vec<Vec<u64>> = (0..64u64)
+        .map(|p| {
+            (0..128)
+                .map(|b| (p % 8) * 10_000 + (p / 8) * 100 + b)
+                .collect()
+        })
+        .collect();
+    for w in 0..WORKERS {
+        ledger.add_worker(WorkerKey::new(w, 0)).unwrap();
+        index
+            .apply(&KvEvent::Stored {
+                worker: WorkerKey::new(w, 0),
+                tier: Tier::Device,
+                hashes: &prompts[usize::try_from(w % 64).unwrap()][..64],
+            })
+            .unwrap();
+    }
+    let mut rows: Vec<Row> = (0..WORKERS)
+        .map(|w| Row::new(WorkerKey::new(w, 0)))
+        .collect();
+    let mut overlaps = Box::new(Overlaps::<WORDS>::new());
+    let prompt = &prompts[5];
+    let mut group = c.benchmark_group("route-parts");
+    group.bench_function("query", |b| {
+        b.iter(|| index.query(black_box(prompt), &mut overlaps));
+    });
+    index.query(prompt, &mut overlaps);
+    group.bench_function("index-fill", |b| {
+        b.iter(|| index.fill_rows(&overlaps, black_box(&mut rows), 0.75, 0.25, 16));
+    });
+    group.bench_function("index-probe", |b| {
+        b.iter(|| {
+            rows.iter()
+                .map(|r| {
+                    index
+                        .overlap(&overlaps, black_box(r.worker))
+                        .map_or(0, |o| o[0])
+                })
+                .sum::<u32>()
+        });
+    });
+    group.bench_function("from-tiers", |b| {
+        b.iter(|| {
+            (0..WORKERS)
+                .map(|w| {
+                    let device = u32::try_from(black_box(w) % 64).unwrap();
+                    Cache::from_tiers(device, 0, 0, 0.75, 0.25, 16).effective_tokens
+                })
+                .sum::<u64>()
+        });
+    });
+    group.bench_function("ledger-fill", |b| {
+        b.iter(|| ledger.fill_rows(black_box(&mut rows)));
+    });
+    let policy = DefaultKnobs::default().build().unwrap();
+    let mut selector = Box::new(Selector::<1024>::new());
+    let request = Request::new(2048, 16).has_tier_matches(true);
+    group.bench_function("select", |b| {
+        b.iter(|| {
+            policy
+                .select(&mut selector, &request, black_box(&rows))
+                .unwrap()
+        });
+    });
+    group.finish();
+}
+
+criterion_group!(benches, parts);
+criterion_main!(benches);
