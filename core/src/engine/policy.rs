@@ -478,7 +478,7 @@ impl<F: Filters, S: Scorers, P: Picker> Policy<F, S, P> {
                     reason = "rows.len() <= capacity <= 2^31"
                 )]
                 {
-                    *slot = i as u32 | u32::from(excluded) << 31;
+                    *slot = i as u32 | (u32::from(excluded) * LEFT_OUT);
                 }
                 left_out += usize::from(excluded);
                 eligible += usize::from(row.taints.contains_all(required));
@@ -495,12 +495,7 @@ impl<F: Filters, S: Scorers, P: Picker> Policy<F, S, P> {
                 });
             }
             if left_out > 0 {
-                let mut k = 0;
-                for i in 0..order.len() {
-                    let entry = order[i];
-                    order[k] = entry & !(1 << 31);
-                    k += 1 - (entry >> 31) as usize;
-                }
+                compact_left_out(order, |_, _| {});
             }
             m
         } else {
@@ -674,4 +669,25 @@ fn first_invalid(rows: &[Row]) -> SelectError {
             row: rows.len(),
             field: RowField::Flags,
         })
+}
+
+/// The mark of an `order` entry whose row is left out: its top bit, free because a selection
+/// takes at most 2^31 rows. Admission loops write every row's index, marked or not, so they
+/// have no data-dependent store; [`compact_left_out`] then removes the marked ones.
+pub(crate) const LEFT_OUT: u32 = 1 << 31;
+
+/// Moves the unmarked entries of `order` to its front, in order, and returns how many there
+/// are; `moved(from, to)` is called for each, so a caller moves what it keeps beside `order`
+/// (costs) the same way. One pass without a data-dependent branch: every entry is written to
+/// the next free position, which advances only when the entry is kept.
+#[inline]
+pub(crate) fn compact_left_out(order: &mut [u32], mut moved: impl FnMut(usize, usize)) -> usize {
+    let mut kept = 0;
+    for i in 0..order.len() {
+        let entry = order[i];
+        order[kept] = entry & !LEFT_OUT;
+        moved(i, kept);
+        kept += 1 - (entry >> 31) as usize;
+    }
+    kept
 }

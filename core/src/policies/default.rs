@@ -1,9 +1,9 @@
 //! The default policy: Dynamo's default cost function ([`DefaultCost`]) and picker
 //! ([`DefaultPicker`]), reproduced exactly (`spec/default-policy.md` sections 2 to 4).
 
-use crate::engine::Policy;
 use crate::engine::rng::{self, RandomSource};
 use crate::engine::{ComponentError, Pick, PickInput, PickReason, Picker, Scorer};
+use crate::engine::{LEFT_OUT, Policy, compact_left_out};
 use crate::vocab::{Candidates, RequestView, WorkerInputs, taint_multiplier};
 use crate::vocab::{Label, Leg, PreferredTaint, Role, Row, RowFlags, SharedHits, TaintSet};
 
@@ -485,7 +485,6 @@ fn admit_and_cost<const M: u16>(
     order: &mut [u32],
     costs: &mut [f64],
 ) -> Option<usize> {
-    const LEFT_OUT: u32 = 1 << 31;
     let uniform = M & Mode::UNIFORM != 0;
     let first = rows.first()?;
     if rows.len() > LEFT_OUT as usize {
@@ -521,7 +520,7 @@ fn admit_and_cost<const M: u16>(
             speeds |= row.flags.0 & RowFlags::HAS_SPEED.0;
             *cost = row_cost::<M>(ctx, &mut multipliers, row, ctx.masks(row), &mut high);
             let excluded = !row.is_candidate(required);
-            *slot = index | u32::from(excluded) << 31;
+            *slot = index | (u32::from(excluded) * LEFT_OUT);
             left_out += usize::from(excluded);
         }
     }
@@ -536,14 +535,9 @@ fn admit_and_cost<const M: u16>(
     if left_out == 0 {
         return Some(rows.len());
     }
-    let mut m = 0;
-    for i in 0..rows.len() {
-        let entry = order[i];
-        order[m] = entry & !LEFT_OUT;
-        costs[m] = costs[i];
-        m += 1 - (entry >> 31) as usize;
-    }
-    Some(m)
+    Some(compact_left_out(&mut order[..rows.len()], |from, to| {
+        costs[to] = costs[from];
+    }))
 }
 
 /// `x as f64`, through the one-instruction signed conversion when the value allows it (the
