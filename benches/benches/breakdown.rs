@@ -1,7 +1,10 @@
 //! Where one selection's time goes, at 1,024 candidates. The general pipeline: alone
 //! (validation, eligibility, overload), plus a trivial scorer, plus the default cost (wrapped so
 //! it does not offer the one-pass capability). The one pass: the default cost with a trivial
-//! picker. And the full default policy. `cargo bench -p libroute-benches --bench breakdown`.
+//! picker. And the full default policy. For scale, the floor of any per-row formula over these
+//! rows: reading four of each row's fields into one cost (`floor-four-fields`) and the minimum of
+//! 1,024 costs in one dependent chain (`floor-min-chain`). `cargo bench -p libroute-benches
+//! --bench breakdown`.
 
 use std::hint::black_box;
 
@@ -114,6 +117,23 @@ fn breakdown(c: &mut Criterion) {
             scored
                 .select(&mut s, black_box(&request), black_box(&rows))
                 .unwrap()
+        });
+    });
+    let mut costs = vec![0.0f64; rows.len()];
+    c.bench_function("floor-four-fields", |b| {
+        b.iter(|| {
+            for (cost, row) in costs.iter_mut().zip(black_box(&rows)) {
+                *cost = (row.active_prefill_tokens + row.effective_tokens) as f64 * 0.0625
+                    - row.effective_blocks
+                    + row.active_decode_blocks as f64;
+            }
+        });
+    });
+    c.bench_function("floor-min-chain", |b| {
+        b.iter(|| {
+            black_box(&costs)
+                .iter()
+                .fold(f64::INFINITY, |low, &x| if x < low { x } else { low })
         });
     });
     let full = Policy::new((), (DefaultCost::default(),), DefaultPicker::default()).unwrap();
