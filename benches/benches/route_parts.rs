@@ -1,6 +1,7 @@
 //! Where the router's decision goes at 1,024 workers: the parts of `Router::route` one at a
 //! time, on the `host` benchmark's fleet (worker `w` holds the first 64 blocks of prompt
-//! `w % 64`, a 128-block prompt): the overlap query, writing the rows' CACHE inputs from it
+//! `w % 64`, a 128-block prompt): the overlap query (of one prompt, and of the 64 prompts in
+//! turn, as the `host` benchmark's router routes them), writing the rows' CACHE inputs from it
 //! (`index-fill`; `index-probe` is its worker lookups alone, `from-tiers` its estimates alone),
 //! writing their LOAD inputs (`ledger-fill`), and the selection. `cargo bench -p
 //! libroute-benches --bench route_parts`; medians in `benches/RESULTS.md`.
@@ -53,6 +54,13 @@ fn parts(c: &mut Criterion) {
     let mut group = c.benchmark_group("route-parts");
     group.bench_function("query", |b| {
         b.iter(|| index.query(black_box(prompt), &mut overlaps));
+    });
+    let mut turn = 0usize;
+    group.bench_function("query-rotating", |b| {
+        b.iter(|| {
+            turn += 1;
+            index.query(black_box(&prompts[turn % 64]), &mut overlaps);
+        });
     });
     index.query(prompt, &mut overlaps);
     group.bench_function("index-fill", |b| {
