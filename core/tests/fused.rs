@@ -1,17 +1,22 @@
-//! The default policy's one-pass steps (validity, admission and the default cost in one loop,
-//! `Scorer::score_all_rows`) against the general pipeline: the same selections, costs, errors
-//! and random streams, bit for bit, on uniform and mixed fleets.
+//! The one-pass steps (validity, admission and the cost in one loop, `Scorer::score_all_rows`)
+//! of the default cost and of the catalog's least-loaded and two-mode scorers against the general pipeline:
+//! the same selections, costs, errors and random streams, bit for bit, on uniform and mixed
+//! fleets.
 //!
-//! The general path is forced by wrapping the default cost in a scorer that does not offer the
-//! one-pass capability.
+//! The general path is forced by wrapping the scorer in one that does not offer the one-pass
+//! capability.
 
+use libroute_core::catalog::{
+    BuiltinPicker, BuiltinScorer, DynamoTwoTier, LeastLoaded, LoadMetric, MinCostPicker,
+    PowerOfChoices, SglangCacheAware, WeightedScorer,
+};
 use libroute_core::*;
 use proptest::prelude::*;
 
-/// The default cost, scored through the general pipeline only.
-struct General(DefaultCost);
+/// A scorer, scored through the general pipeline only.
+struct General<S>(S);
 
-impl Scorer for General {
+impl<S: Scorer> Scorer for General<S> {
     fn inputs(&self, leg: Leg) -> WorkerInputs {
         self.0.inputs(leg)
     }
@@ -210,6 +215,55 @@ proptest! {
             if let Ok((selection, _, _)) = &x {
                 prop_assert_eq!(selection.cost.to_bits(), y.as_ref().unwrap().0.cost.to_bits());
             }
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 2000, ..ProptestConfig::default() })]
+
+    #[test]
+    fn catalog_scorers_in_one_pass_select_exactly_as_the_general_pipeline(
+        rows in fleet(),
+        scorer in prop::sample::select(vec![0u32, 1, 2, 3, 4, 5, 6]),
+        spread in prop::sample::select(vec![0u64, 2, 32]),
+        ratio in prop::sample::select(vec![1.0, 1.1, 1.5]),
+        share in prop::sample::select(vec![0.0, 0.3, 0.5, 1.0]),
+        prompt in prop::sample::select(vec![0u64, 64, 256, 1024, 2048]),
+        picker in prop::sample::select(vec![0u32, 1, 2, 3]),
+        required in prop::sample::select(vec![0u64, 0, 0, 1, 2]),
+        seed in proptest::option::of(any::<u64>()), entropy in any::<u64>(),
+    ) {
+        // Thresholds around the fleet's figures, so both of the two-mode rules' branches run.
+        let scorer = match scorer {
+            0 => BuiltinScorer::LeastLoaded(LeastLoaded { metric: LoadMetric::ActiveRequests }),
+            1 => BuiltinScorer::LeastLoaded(LeastLoaded { metric: LoadMetric::ActiveBlocks }),
+            2 => BuiltinScorer::LeastLoaded(LeastLoaded { metric: LoadMetric::PrefillTokens }),
+            3 => BuiltinScorer::DynamoTwoTier(DynamoTwoTier::default()),
+            4 => BuiltinScorer::DynamoTwoTier(DynamoTwoTier { spread, ratio, coverage: share }),
+            5 => BuiltinScorer::SglangCacheAware(SglangCacheAware::default()),
+            _ => BuiltinScorer::SglangCacheAware(SglangCacheAware {
+                abs_threshold: spread,
+                rel_threshold: ratio,
+                match_threshold: share,
+            }),
+        };
+        let scorer = WeightedScorer { scorer, weight: 1.0 };
+        let request = Request::new(prompt, 16).required_taints(TaintSet(required));
+        let picker = match picker {
+            0 => BuiltinPicker::Default(DefaultPicker { temperature: 0.0 }),
+            1 => BuiltinPicker::Default(DefaultPicker { temperature: 0.7 }),
+            2 => BuiltinPicker::MinCost(MinCostPicker),
+            _ => BuiltinPicker::PowerOfChoices(PowerOfChoices { k: 2 }),
+        };
+        let fused = Policy::new((), (scorer,), picker.clone()).unwrap().with_seed(seed);
+        let general = Policy::new((), (General(scorer),), picker).unwrap().with_seed(seed);
+        let mut a = Box::new(Selector::<64>::with_entropy(entropy));
+        let mut b = Box::new(Selector::<64>::with_entropy(entropy));
+        for _ in 0..4 {
+            let x = outcome(fused.select(&mut a, &request, &rows), &a);
+            let y = outcome(general.select(&mut b, &request, &rows), &b);
+            prop_assert_eq!(&x, &y);
         }
     }
 }

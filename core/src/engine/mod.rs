@@ -14,7 +14,7 @@ pub use component::{
     ComponentError, Filter, Filters, Pick, PickInput, PickReason, Picker, Scorer, Scorers, Verdict,
 };
 pub use outcome::{Disposition, Explanation, SelectError, Selection};
-pub(crate) use policy::{LEFT_OUT, compact_left_out};
+pub(crate) use policy::{LEFT_OUT, compact_left_out, mark_unfiltered};
 pub use policy::{MAX_SCORERS, Policy, PolicyError};
 pub use rng::{RandomSource, WyRand};
 pub use selector::Selector;

@@ -10,7 +10,7 @@ use super::outcome::{Disposition, Explanation, SelectError, Selection};
 use super::rng::{RandomSource, WyRand};
 use super::selector::{Last, Scratch, Selector};
 use crate::vocab::{
-    Candidates, Leg, Request, RequestView, Row, RowField, RowFlags, RowView, WorkerInputs,
+    Candidates, Leg, Request, RequestView, Row, RowField, RowFlags, RowView, TaintSet, WorkerInputs,
 };
 
 /// The most scorers one policy may sum (each needs a cost column in the [`Selector`]).
@@ -460,35 +460,15 @@ impl<F: Filters, S: Scorers, P: Picker> Policy<F, S, P> {
             }
             1
         } else if self.filters.is_empty() {
-            // No filters: eligibility and the host's overload mark decide. The loop has no
-            // data-dependent index: each row's index goes to its own slot, with the top bit set
-            // when it is left out (rows <= capacity <= 2^31), and only a fleet with rows left
-            // out pays for the compaction after it.
-            let required = request.required_taints;
+            // No filters: eligibility and the host's overload mark decide.
             let order = &mut scratch.order[..rows.len()];
-            let (mut left_out, mut eligible, mut invalid, mut speeds) = (0usize, 0usize, false, 0);
-            for (i, (row, slot)) in rows.iter().zip(order.iter_mut()).enumerate() {
-                // Validity is folded without branching (speeds, which few rows carry, in a second
-                // pass when any does); the bad row is found below, only if any.
-                invalid |= row.has_unknown_flags() | row.has_invalid_estimate();
-                speeds |= row.flags.0 & RowFlags::HAS_SPEED.0;
-                let excluded = !row.is_candidate(required);
-                #[allow(
-                    clippy::cast_possible_truncation,
-                    reason = "rows.len() <= capacity <= 2^31"
-                )]
-                {
-                    *slot = i as u32 | (u32::from(excluded) * LEFT_OUT);
-                }
-                left_out += usize::from(excluded);
-                eligible += usize::from(row.taints.contains_all(required));
-            }
-            if invalid || (speeds != 0 && rows.iter().any(Row::has_invalid_speed)) {
+            let marked = mark_unfiltered(rows, request.required_taints, order, |_, _, _| {});
+            if marked.invalid {
                 return Err(first_invalid(rows));
             }
-            let m = rows.len() - left_out;
+            let (left_out, m) = (marked.left_out, rows.len() - marked.left_out);
             if m == 0 {
-                return Err(if eligible > 0 {
+                return Err(if marked.eligible > 0 {
                     SelectError::AllOverloaded
                 } else {
                     SelectError::NoEndpoints
@@ -669,6 +649,55 @@ fn first_invalid(rows: &[Row]) -> SelectError {
             row: rows.len(),
             field: RowField::Flags,
         })
+}
+
+/// What [`mark_unfiltered`] found.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Marked {
+    /// Rows left out (ineligible or overloaded), marked with [`LEFT_OUT`].
+    pub(crate) left_out: usize,
+    /// Rows that carry the required taints, overloaded or not.
+    pub(crate) eligible: usize,
+    /// Some row is invalid ([`Row::check`] says which).
+    pub(crate) invalid: bool,
+}
+
+/// Admission without filters, for the pipeline and for scorers' one-pass steps
+/// ([`Scorer::score_all_rows`]): writes every row's index to its own slot of `order`, marked
+/// with [`LEFT_OUT`] when the row lacks a required taint or is overloaded, and calls
+/// `each(i, row, kept)` for every row (a one-pass scorer writes its cost there; `kept` is
+/// whether the row is a candidate). The loop has no
+/// data-dependent index or branch; validity is folded as it goes (speeds, which few rows carry,
+/// in a second pass when any does). `order` holds `rows.len()` entries, at most 2^31.
+#[inline]
+pub(crate) fn mark_unfiltered(
+    rows: &[Row],
+    required: TaintSet,
+    order: &mut [u32],
+    mut each: impl FnMut(usize, &Row, bool),
+) -> Marked {
+    let (mut left_out, mut eligible, mut invalid, mut speeds) = (0usize, 0usize, false, 0);
+    for (i, (row, slot)) in rows.iter().zip(order.iter_mut()).enumerate() {
+        invalid |= row.has_unknown_flags() | row.has_invalid_estimate();
+        speeds |= row.flags.0 & RowFlags::HAS_SPEED.0;
+        let excluded = !row.is_candidate(required);
+        #[allow(
+            clippy::cast_possible_truncation,
+            reason = "rows.len() <= capacity <= 2^31"
+        )]
+        {
+            *slot = i as u32 | (u32::from(excluded) * LEFT_OUT);
+        }
+        left_out += usize::from(excluded);
+        eligible += usize::from(row.taints.contains_all(required));
+        each(i, row, !excluded);
+    }
+    invalid |= speeds != 0 && rows.iter().any(Row::has_invalid_speed);
+    Marked {
+        left_out,
+        eligible,
+        invalid,
+    }
 }
 
 /// The mark of an `order` entry whose row is left out: its top bit, free because a selection

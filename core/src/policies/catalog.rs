@@ -9,11 +9,11 @@
 //!
 //! Each component's documentation gives its formula, defaults and the system it comes from.
 
-use crate::engine::MAX_SCORERS;
 use crate::engine::rng::{self, RandomSource};
 use crate::engine::{
     ComponentError, Filter, Filters, Pick, PickInput, PickReason, Picker, Scorer, Scorers, Verdict,
 };
+use crate::engine::{LEFT_OUT, MAX_SCORERS, compact_left_out, mark_unfiltered};
 use crate::policies::{DefaultCost, DefaultPicker};
 use crate::vocab::{Candidates, RequestView, RowView, WorkerInputs};
 use crate::vocab::{Leg, Load, Row, Speed, TaintSet};
@@ -85,6 +85,52 @@ impl Scorer for LeastLoaded {
         }
         Ok(())
     }
+
+    /// Admission and the load in one pass: the same costs as [`LeastLoaded::score`] over the
+    /// admitted rows, in host order.
+    fn score_all_rows(
+        &self,
+        request: &RequestView<'_>,
+        rows: &[Row],
+        order: &mut [u32],
+        costs: &mut [f64],
+    ) -> Option<usize> {
+        let metric = self.metric;
+        one_pass(request, rows, order, costs, |row, _| {
+            as_cost(metric.of(row.load()))
+        })
+    }
+}
+
+/// Steps 1 to 3 in one pass for a catalog scorer ([`Scorer::score_all_rows`]): the engine's
+/// admission without filters, `cost(row, kept)` written for every row (`kept`: it is a
+/// candidate), then the candidates' indices and costs moved to the front in host order. `None`
+/// when a row is invalid or no row is a candidate: the general steps then say which.
+///
+/// `cost` reads the row directly ([`Row::load`], [`Row::cache`]: zeros where the row carries
+/// no group), which is what a [`RowView`] shows a scorer that declared the group.
+fn one_pass(
+    request: &RequestView<'_>,
+    rows: &[Row],
+    order: &mut [u32],
+    costs: &mut [f64],
+    mut cost: impl FnMut(&Row, bool) -> f64,
+) -> Option<usize> {
+    let n = rows.len();
+    if n > LEFT_OUT as usize || order.len() < n || costs.len() < n {
+        return None;
+    }
+    let (order, costs) = (&mut order[..n], &mut costs[..n]);
+    let marked = mark_unfiltered(rows, request.required_taints(), order, |i, row, kept| {
+        costs[i] = cost(row, kept);
+    });
+    if marked.invalid || marked.left_out == n {
+        return None;
+    }
+    if marked.left_out == 0 {
+        return Some(n);
+    }
+    Some(compact_left_out(order, |from, to| costs[to] = costs[from]))
 }
 
 /// The largest and smallest load among the candidates.
@@ -110,6 +156,38 @@ fn two_mode(
     let (best, covers) = best_overlap(request, candidates, share);
     let by_load = imbalanced(lo, hi, spread, ratio) || !covers;
     decide(candidates, costs, metric, by_load, best);
+}
+
+/// [`two_mode`] in one pass ([`Scorer::score_all_rows`]): the load range and the best overlap
+/// are gathered over the candidates while the loads are written as costs; the costs are
+/// rewritten toward the overlap only when the decision goes that way.
+fn two_mode_one_pass(
+    request: &RequestView<'_>,
+    rows: &[Row],
+    order: &mut [u32],
+    costs: &mut [f64],
+    (spread, ratio): (u64, f64),
+    share: f64,
+) -> Option<usize> {
+    let metric = LoadMetric::ActiveRequests;
+    let (mut lo, mut hi, mut best) = (u64::MAX, 0, 0);
+    let m = one_pass(request, rows, order, costs, |row, kept| {
+        let load = metric.of(row.load());
+        if kept {
+            lo = lo.min(load);
+            hi = hi.max(load);
+            best = best.max(u64::from(row.cache().device_blocks));
+        }
+        as_cost(load)
+    })?;
+    let covers = as_cost(best) / as_cost(request.request_blocks()) > share;
+    // `two_mode`'s `by_load`, negated: toward the overlap.
+    if !imbalanced(lo, hi, spread, ratio) && covers {
+        for (cost, &i) in costs[..m].iter_mut().zip(&order[..m]) {
+            *cost = as_cost(best - u64::from(rows[i as usize].cache().device_blocks));
+        }
+    }
+    Some(m)
 }
 
 /// Writes the cost of a two-mode decision: by load, or toward the largest device overlap.
@@ -196,6 +274,23 @@ impl Scorer for DynamoTwoTier {
         );
         Ok(())
     }
+
+    fn score_all_rows(
+        &self,
+        request: &RequestView<'_>,
+        rows: &[Row],
+        order: &mut [u32],
+        costs: &mut [f64],
+    ) -> Option<usize> {
+        two_mode_one_pass(
+            request,
+            rows,
+            order,
+            costs,
+            (self.spread, self.ratio),
+            self.coverage,
+        )
+    }
 }
 
 /// `SGLang`'s cache-aware policy (its router's default):
@@ -247,6 +342,23 @@ impl Scorer for SglangCacheAware {
             self.match_threshold,
         );
         Ok(())
+    }
+
+    fn score_all_rows(
+        &self,
+        request: &RequestView<'_>,
+        rows: &[Row],
+        order: &mut [u32],
+        costs: &mut [f64],
+    ) -> Option<usize> {
+        two_mode_one_pass(
+            request,
+            rows,
+            order,
+            costs,
+            (self.abs_threshold, self.rel_threshold),
+            self.match_threshold,
+        )
     }
 }
 
