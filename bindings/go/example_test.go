@@ -42,7 +42,7 @@ func ExampleError() {
 	fmt.Println(err)
 	// Output:
 	// true
-	// libroute: a configuration value is out of range: invalid shared_cache_multiplier = 2: must be within [0, 1]
+	// libroute: invalid shared_cache_multiplier = 2: must be within [0, 1]
 }
 
 // A router keeps the index and the ledger: KV events in, one call to route and book.

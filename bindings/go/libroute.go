@@ -88,11 +88,13 @@ type Error struct {
 	Detail string
 }
 
+// Error is the detail, one sentence that already says what the status says and names what was
+// wrong (the same text C's libroute_last_error gives); the status's fixed text when there is none.
 func (e *Error) Error() string {
 	if e.Detail == "" {
 		return e.Status.Error()
 	}
-	return e.Status.Error() + ": " + e.Detail
+	return "libroute: " + e.Detail
 }
 
 // Unwrap lets errors.Is match the status.

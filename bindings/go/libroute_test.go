@@ -296,6 +296,9 @@ func TestBadInputIsAnError(t *testing.T) {
 	req := Request{PromptTokens: 64, BlockSize: 16, Role: RoleAggregated, TrackPrefillTokens: true}
 	if _, err := small.Select(policy, &req, nil); !errors.Is(err, StatusNoEndpoints) {
 		t.Errorf("empty rows: %v", err)
+	} else if got, want := err.Error(), "libroute: no endpoints: no eligible worker among the rows"; got != want {
+		// One sentence, not the status's text and then the detail repeating it.
+		t.Errorf("empty rows: %q, want %q", got, want)
 	}
 	rows := []Row{{Worker: Worker{ID: 1}}, {Worker: Worker{ID: 2}}, {Worker: Worker{ID: 3}}}
 	if _, err := small.Select(policy, &req, rows); !errors.Is(err, StatusCapacityExceeded) {

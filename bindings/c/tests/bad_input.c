@@ -163,7 +163,9 @@ static void test_rows(void) {
   libroute_policy_new_default(&policy);
   libroute_selector_new(2, 1, &selector);
   EXPECT_STATUS(libroute_select(policy, selector, &req, rows, 0, &sel, NULL, 0), LIBROUTE_STATUS_NO_ENDPOINTS);
+  CHECK(strcmp(last_error(), "no endpoints: no eligible worker among the rows") == 0, "no-endpoints detail");
   EXPECT_STATUS(libroute_select(policy, selector, &req, rows, 3, &sel, NULL, 0), LIBROUTE_STATUS_CAPACITY_EXCEEDED);
+  CHECK(strcmp(last_error(), "3 rows exceed the selector's capacity of 2") == 0, "capacity detail");
   rows[1].effective_blocks = NAN;
   EXPECT_STATUS(libroute_select(policy, selector, &req, rows, 2, &sel, NULL, 0), LIBROUTE_STATUS_INVALID_ROW);
   CHECK(strcmp(last_error(), "invalid row 1: effective_blocks is NaN, infinite or negative") == 0, "NaN detail");

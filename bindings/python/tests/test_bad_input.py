@@ -34,8 +34,12 @@ def test_invalid_config_names_the_knob():
 
 def test_empty_rows():
     policy, selector = libroute.Policy("{}"), libroute.Selector(8, 0)
-    with pytest.raises(libroute.RouteError.NoEndpoints):
+    with pytest.raises(libroute.RouteError.NoEndpoints) as error:
         selector.select(policy, request(), [])
+    # One sentence, the same as C's libroute_last_error: not the status's text and then the
+    # detail repeating it.
+    assert error.value.detail == "no endpoints: no eligible worker among the rows"
+    assert str(error.value).count("no endpoints") == 1, str(error.value)
 
 
 def test_too_many_rows():

@@ -52,12 +52,15 @@ macro_rules! route_error {
 
         impl RouteError {
             /// The one mapping from the C ABI's failures: the status and this thread's detail.
+            /// The detail is one whole sentence that already says what the status says (and
+            /// names the row, field, knob or worker), so it is the message on its own; the
+            /// status's fixed text stands in only when a call left no detail.
             fn from_status(status: libroute_status) -> Self {
                 let detail = last_error();
                 let message = if detail.is_empty() {
                     status.message().to_owned()
                 } else {
-                    format!("{}: {detail}", status.message())
+                    detail
                 };
                 match status {
                     $(libroute_status::$variant => Self::$variant { detail: message },)*

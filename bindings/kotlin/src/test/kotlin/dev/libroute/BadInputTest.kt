@@ -1,5 +1,6 @@
 package dev.libroute
 
+import org.junit.jupiter.api.Assertions.assertEquals
 import org.junit.jupiter.api.Assertions.assertTrue
 import org.junit.jupiter.api.Test
 import org.junit.jupiter.api.assertThrows
@@ -24,7 +25,10 @@ class BadInputTest {
     fun emptyRows() {
         Policy("{}").use { policy ->
             Selector(8u, 0uL).use { selector ->
-                assertThrows<RouteException.NoEndpoints> { selector.select(policy, request, listOf()) }
+                val e = assertThrows<RouteException.NoEndpoints> { selector.select(policy, request, listOf()) }
+                // One sentence, the same as C's libroute_last_error, not the status's text and
+                // then the detail repeating it.
+                assertEquals("no endpoints: no eligible worker among the rows", e.detail)
             }
         }
     }
