@@ -3,8 +3,9 @@
 //! it does not offer the one-pass capability). The one pass: the default cost with a trivial
 //! picker. And the full default policy. For scale, the floor of any per-row formula over these
 //! rows: reading four of each row's fields into one cost (`floor-four-fields`) and the minimum of
-//! 1,024 costs in one dependent chain (`floor-min-chain`). `cargo bench -p libroute-benches
-//! --bench breakdown`.
+//! 1,024 costs in one dependent chain (`floor-min-chain`); and at T > 0, the platform `exp` the
+//! sampler must call once per row to match Dynamo bit for bit (`floor-exp`: 1,024 calls, the
+//! weights written and nothing else). `cargo bench -p libroute-benches --bench breakdown`.
 
 use std::hint::black_box;
 
@@ -134,6 +135,16 @@ fn breakdown(c: &mut Criterion) {
             black_box(&costs)
                 .iter()
                 .fold(f64::INFINITY, |low, &x| if x < low { x } else { low })
+        });
+    });
+    let mut weights = vec![0.0; costs.len()];
+    c.bench_function("floor-exp", |b| {
+        b.iter(|| {
+            for (w, &c) in weights.iter_mut().zip(black_box(&costs)) {
+                // The sampler's argument for costs scaled to [0, 1] at T = 0.7.
+                *w = (c * -1e-3 / 0.7).exp();
+            }
+            black_box(&weights);
         });
     });
     let full = Policy::new((), (DefaultCost::default(),), DefaultPicker::default()).unwrap();

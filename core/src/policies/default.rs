@@ -797,13 +797,10 @@ impl Picker for DefaultPicker {
                 reason: PickReason::MinCost { ties: ties as u32 },
             });
         }
-        let probabilities = &mut work[..costs.len()];
-        let index = softmax_index(costs, self.temperature, rng::unit_f64(rng), probabilities);
+        let (index, probability) = softmax_index(costs, self.temperature, rng::unit_f64(rng), work);
         Ok(Pick {
             index,
-            reason: PickReason::Sampled {
-                probability: probabilities[index],
-            },
+            reason: PickReason::Sampled { probability },
         })
     }
 }
@@ -828,12 +825,24 @@ fn chunk_min(chunk: &[f64]) -> f64 {
     rest.iter().fold(low, |low, &x| min(low, x))
 }
 
-/// The temperature sampler: fills `probabilities` and returns the row `sample` falls in.
+/// The temperature sampler: the row `sample` falls in and the probability it had. `weights`
+/// (as long as `costs`) is scratch for the unnormalized weights.
 ///
 /// The arithmetic follows Dynamo's evaluation order exactly: with `mag` 1 for a finite range
-/// (else the larger magnitude), `scale = -1 / ((hi/mag - lo/mag) * T)`, and each weight is
-/// `exp(c/mag * scale - (lo/mag) * scale)`.
-fn softmax_index(costs: &[f64], temperature: f64, sample: f64, probabilities: &mut [f64]) -> usize {
+/// (else the larger magnitude), `scale = -1 / ((hi/mag - lo/mag) * T)`, each weight is
+/// `exp(c/mag * scale - (lo/mag) * scale)`, the weights are summed in row order, each
+/// probability is `weight / sum`, and the first row whose running sum of probabilities reaches
+/// `sample` is taken. Three things make it cheaper without changing a bit: `c / 1` is `c`, so a
+/// finite range skips the division; the sum runs in the loop that calls `exp`, where its chain
+/// of additions overlaps the calls; and probabilities are divided out only up to the row taken,
+/// since no later row changes which one that is.
+fn softmax_index(
+    costs: &[f64],
+    temperature: f64,
+    sample: f64,
+    weights: &mut [f64],
+) -> (usize, f64) {
+    let weights = &mut weights[..costs.len()];
     let mut lo = f64::INFINITY;
     let mut hi = f64::NEG_INFINITY;
     for &c in costs {
@@ -844,8 +853,13 @@ fn softmax_index(costs: &[f64], temperature: f64, sample: f64, probabilities: &m
             hi = c;
         }
     }
+    let mut sum = 0.0;
     if lo == hi {
-        probabilities.fill(1.0 / costs.len() as f64);
+        let uniform = 1.0 / costs.len() as f64;
+        for w in weights.iter_mut() {
+            *w = uniform;
+            sum += uniform;
+        }
     } else {
         let range = hi - lo;
         let magnitude = if range.is_finite() {
@@ -857,25 +871,28 @@ fn softmax_index(costs: &[f64], temperature: f64, sample: f64, probabilities: &m
         let lo_normalized = lo / magnitude;
         let scale = -1.0 / ((hi / magnitude - lo_normalized) * temperature);
         let offset = lo_normalized * scale;
-        for (p, &c) in probabilities.iter_mut().zip(costs) {
-            *p = crate::vocab::math::exp(c / magnitude * scale - offset);
+        if magnitude == 1.0 {
+            for (w, &c) in weights.iter_mut().zip(costs) {
+                *w = crate::vocab::math::exp(c * scale - offset);
+                sum += *w;
+            }
+        } else {
+            for (w, &c) in weights.iter_mut().zip(costs) {
+                *w = crate::vocab::math::exp(c / magnitude * scale - offset);
+                sum += *w;
+            }
         }
-    }
-    let mut sum = 0.0;
-    for p in probabilities.iter() {
-        sum += *p;
-    }
-    for p in probabilities.iter_mut() {
-        *p /= sum;
     }
     let mut cumulative = 0.0;
-    for (k, p) in probabilities.iter().enumerate() {
-        cumulative += *p;
+    for (k, &w) in weights.iter().enumerate() {
+        let probability = w / sum;
+        cumulative += probability;
         if sample <= cumulative {
-            return k;
+            return (k, probability);
         }
     }
-    costs.len() - 1
+    let last = costs.len() - 1;
+    (last, weights[last] / sum)
 }
 
 #[cfg(test)]
@@ -1007,26 +1024,29 @@ mod tests {
     #[test]
     fn extreme_finite_costs_are_ordered() {
         // Spec section 4: costs (-MAX, +MAX), T = 1, u = 0.6 must return row 0.
-        let mut p = [0.0; 2];
-        assert_eq!(softmax_index(&[-f64::MAX, f64::MAX], 1.0, 0.6, &mut p), 0);
-        assert!((p[0] - 1.0 / (1.0 + (-1.0f64).exp())).abs() < 1e-15);
+        let mut w = [0.0; 2];
+        let (index, probability) = softmax_index(&[-f64::MAX, f64::MAX], 1.0, 0.6, &mut w);
+        assert_eq!(index, 0);
+        assert!((probability - 1.0 / (1.0 + (-1.0f64).exp())).abs() < 1e-15);
     }
 
     #[test]
     fn infinite_temperature_is_uniform() {
-        let mut p = [0.0; 3];
-        softmax_index(&[0.0, 5.0, 100.0], f64::INFINITY, 0.5, &mut p);
-        assert_eq!(p, [1.0 / 3.0; 3]);
+        let mut w = [0.0; 3];
+        for (sample, row) in [(0.0, 0), (0.5, 1), (0.9, 2)] {
+            let picked = softmax_index(&[0.0, 5.0, 100.0], f64::INFINITY, sample, &mut w);
+            assert_eq!(picked, (row, 1.0 / 3.0));
+        }
     }
 
     #[test]
     fn equal_costs_are_uniform_and_rounding_falls_back_to_the_last_row() {
-        let mut p = [0.0; 3];
-        assert_eq!(softmax_index(&[2.0; 3], 0.7, 0.0, &mut p), 0);
+        let mut w = [0.0; 3];
+        assert_eq!(softmax_index(&[2.0; 3], 0.7, 0.0, &mut w).0, 0);
         assert_eq!(
-            softmax_index(&[2.0; 3], 0.7, 0.999_999_999_999_999_9, &mut p),
-            2
+            softmax_index(&[2.0; 3], 0.7, 0.999_999_999_999_999_9, &mut w),
+            (2, 1.0 / 3.0)
         );
-        assert_eq!(softmax_index(&[2.0; 3], 0.7, 0.5, &mut p), 1);
+        assert_eq!(softmax_index(&[2.0; 3], 0.7, 0.5, &mut w).0, 1);
     }
 }
