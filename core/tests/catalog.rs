@@ -732,3 +732,53 @@ fn an_invalid_speed_is_named_on_every_path() {
             .is_ok()
     );
 }
+
+#[test]
+fn llm_d_scorers_read_zeros_where_a_row_or_the_view_lacks_their_group() {
+    // Scorers called directly, as a host's own engine may: rows without a cache entry or a load
+    // projection read as zeros, and so does every row when the view does not declare the group.
+    let rows = [row(1, 4, 2), Row::new(WorkerKey::new(2, 0)), row(3, 8, 6)];
+    let order = [0, 1, 2];
+    let request = Request::new(160, 16); // 10 blocks
+    let prefix = PrefixScore::default();
+    let kv = KvUtilizationScore {
+        capacity_blocks: 100,
+    };
+    let score = |scorer: &dyn Scorer, inputs: WorkerInputs| {
+        let view = RequestView::new(&request, inputs);
+        let mut out = [f64::NAN; 3];
+        scorer
+            .score(&view, &Candidates::new(view, &rows, &order), &mut out)
+            .unwrap();
+        out
+    };
+    assert_eq!(score(&prefix, WorkerInputs::CACHE), [-0.4, -0.0, -0.8]);
+    assert_eq!(score(&kv, WorkerInputs::LOAD), [-0.8, -1.0, -0.4]);
+    // Queue: min-max over 2, 0 (no projection) and 6.
+    assert_eq!(
+        score(&QueueScore, WorkerInputs::LOAD),
+        [-(4.0 / 6.0), -1.0, -0.0]
+    );
+    assert_eq!(score(&prefix, WorkerInputs::LOAD), [-0.0; 3]);
+    assert_eq!(score(&kv, WorkerInputs::CACHE), [-1.0; 3]);
+    assert_eq!(score(&QueueScore, WorkerInputs::NONE), [-1.0; 3]);
+
+    // Loads beyond 2^53, where a float cannot hold each load exactly: the headroom is still
+    // subtracted as integers.
+    let big = [1 << 60, (1 << 60) + 3, 5].map(|q: u64| {
+        Row::new(WorkerKey::new(q, 0)).with_load(Load {
+            available: true,
+            active_requests: q,
+            ..Load::default()
+        })
+    });
+    let view = RequestView::new(&request, WorkerInputs::LOAD);
+    let mut out = [f64::NAN; 3];
+    QueueScore
+        .score(&view, &Candidates::new(view, &big, &order), &mut out)
+        .unwrap();
+    let (hi, lo) = ((1u64 << 60) + 3, 5u64);
+    let want = [1 << 60, (1 << 60) + 3, 5].map(|q: u64| -((hi - q) as f64 / (hi - lo) as f64));
+    assert_eq!(out.map(f64::to_bits), want.map(f64::to_bits));
+    assert_eq!(out[0], -(3.0 / (hi - lo) as f64));
+}

@@ -141,6 +141,33 @@ fn load_range(candidates: &Candidates<'_>, metric: LoadMetric) -> (u64, u64) {
         .fold((u64::MAX, 0), |(lo, hi), x| (lo.min(x), hi.max(x)))
 }
 
+/// A per-candidate formula in two passes: `gather` reads each candidate's row into `costs`, as
+/// the candidate's view shows it (zeros where the row carries no group, and for every row when
+/// `group` is not declared), then `finish` maps every value in place. Each cost is the same
+/// expression on the same values as one pass would compute, bit for bit; the second pass walks
+/// contiguous memory, so its division by a constant runs two rows per instruction instead of one
+/// row per gathered load.
+fn gather_then(
+    candidates: &Candidates<'_>,
+    group: WorkerInputs,
+    costs: &mut [f64],
+    gather: impl Fn(&Row) -> f64,
+    finish: impl Fn(f64) -> f64,
+) {
+    let (rows, order) = candidates.raw();
+    let costs = &mut costs[..order.len()];
+    if candidates.request().inputs().contains(group) {
+        for (cost, &i) in costs.iter_mut().zip(order) {
+            *cost = gather(&rows[i as usize]);
+        }
+    } else {
+        costs.fill(gather(&Row::new(crate::vocab::WorkerKey::new(0, 0))));
+    }
+    for cost in costs.iter_mut() {
+        *cost = finish(*cost);
+    }
+}
+
 /// The decision Dynamo's two-tier rule and `SGLang`'s cache-aware policy share: by active
 /// requests when they are imbalanced by `(spread, ratio)` or the best device overlap covers at
 /// most `share` of the request, else toward that overlap.
@@ -394,14 +421,19 @@ impl Scorer for PrefixScore {
         costs: &mut [f64],
     ) -> Result<(), ComponentError> {
         let blocks = as_cost(request.request_blocks());
-        for (cost, row) in costs.iter_mut().zip(candidates.iter()) {
-            let credit = row.cache().map_or(0.0, |c| {
+        let (host, disk) = (self.host, self.disk);
+        gather_then(
+            candidates,
+            WorkerInputs::CACHE,
+            costs,
+            |row| {
+                let c = row.cache();
                 f64::from(c.device_blocks)
-                    + self.host * f64::from(c.host_blocks)
-                    + self.disk * f64::from(c.disk_blocks)
-            });
-            *cost = -(credit / blocks).clamp(0.0, 1.0);
-        }
+                    + host * f64::from(c.host_blocks)
+                    + disk * f64::from(c.disk_blocks)
+            },
+            |credit| -(credit / blocks).clamp(0.0, 1.0),
+        );
         Ok(())
     }
 }
@@ -426,10 +458,13 @@ impl Scorer for KvUtilizationScore {
         costs: &mut [f64],
     ) -> Result<(), ComponentError> {
         let capacity = as_cost(self.capacity_blocks.max(1));
-        for (cost, row) in costs.iter_mut().zip(candidates.iter()) {
-            let used = as_cost(load_of(&row, LoadMetric::ActiveBlocks));
-            *cost = -(1.0 - (used / capacity).clamp(0.0, 1.0));
-        }
+        gather_then(
+            candidates,
+            WorkerInputs::LOAD,
+            costs,
+            |row| as_cost(LoadMetric::ActiveBlocks.of(row.load())),
+            |used| -(1.0 - (used / capacity).clamp(0.0, 1.0)),
+        );
         Ok(())
     }
 }
@@ -450,14 +485,39 @@ impl Scorer for QueueScore {
         candidates: &Candidates<'_>,
         costs: &mut [f64],
     ) -> Result<(), ComponentError> {
+        const EXACT: u64 = 1 << 53;
         let metric = LoadMetric::ActiveRequests;
-        let (lo, hi) = load_range(candidates, metric);
-        for (cost, row) in costs.iter_mut().zip(candidates.iter()) {
-            *cost = if hi == lo {
-                -1.0
-            } else {
-                -(as_cost(hi - load_of(&row, metric)) / as_cost(hi - lo))
-            };
+        let (rows, order) = candidates.raw();
+        let costs = &mut costs[..order.len()];
+        if !candidates.request().inputs().contains(WorkerInputs::LOAD) {
+            costs.fill(-1.0); // every row reads 0: all equal
+            return Ok(());
+        }
+        // One pass over the rows: each load into its cost slot, and the range.
+        let (mut lo, mut hi) = (u64::MAX, 0);
+        for (cost, &i) in costs.iter_mut().zip(order) {
+            let load = metric.of(rows[i as usize].load());
+            lo = lo.min(load);
+            hi = hi.max(load);
+            *cost = as_cost(load);
+        }
+        // Every row equal (or no candidate: `lo` stays above `hi`).
+        if hi <= lo {
+            costs.fill(-1.0);
+            return Ok(());
+        }
+        let spread = as_cost(hi - lo);
+        if hi < EXACT {
+            // Below 2^53 every load is exact as a float, so `hi - load` is the same float
+            // whether subtracted as integers or as floats: the costs need no second row pass.
+            let top = as_cost(hi);
+            for cost in costs.iter_mut() {
+                *cost = -((top - *cost) / spread);
+            }
+        } else {
+            for (cost, &i) in costs.iter_mut().zip(order) {
+                *cost = -(as_cost(hi - metric.of(rows[i as usize].load())) / spread);
+            }
         }
         Ok(())
     }
