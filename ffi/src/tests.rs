@@ -4,9 +4,11 @@
 // Why: tests pass references where C passes pointers; the coercion is the point.
 #![allow(clippy::borrow_as_ptr)]
 
+use std::ffi::{c_char, c_void};
 use std::ptr;
 
 use super::*;
+use crate::status::boundary;
 
 fn new_policy(json: &str) -> Result<*mut libroute_policy, libroute_status> {
     let mut p = ptr::null_mut();

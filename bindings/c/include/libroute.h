@@ -1137,6 +1137,24 @@ libroute_status libroute_select_explained(const struct libroute_policy *policy,
                                           size_t explanations_len);
 
 /**
+ * Writes every candidate of the selector's last successful selection: `rows[k]` is the index of
+ * a row in the caller's array and `costs[k]` its total cost, for `k < *out_n`, in the order the
+ * picker saw them. After a failed selection there are none.
+ *
+ * Errors: `NULL_ARGUMENT`, `BUFFER_TOO_SMALL` (when `len` is below the number of candidates).
+ *
+ * # Safety
+ *
+ * `selector` must be a live handle; `rows` and `costs` valid for `len` writes (NULL allowed when
+ * `len` is 0); `out_n` valid for a write.
+ */
+libroute_status libroute_selector_last_costs(const struct libroute_selector *selector,
+                                             size_t *rows,
+                                             double *costs,
+                                             size_t len,
+                                             size_t *out_n);
+
+/**
  * Creates a policy set from JSON: `{"instances": [{"name": ..., "policy": {"type": ...}}],
  * "roles": {"prefill": name, "decode": name, "aggregated": name, "encode": name}}`. Omitted roles
  * use the default policy. On success `*out` owns the set: free it with `libroute_policy_set_free`.
@@ -1181,51 +1199,6 @@ libroute_status libroute_policy_set_get(const struct libroute_policy_set *set,
                                         const struct libroute_policy **out,
                                         char *name,
                                         size_t name_len);
-
-/**
- * Writes every candidate of the selector's last successful selection: `rows[k]` is the index of
- * a row in the caller's array and `costs[k]` its total cost, for `k < *out_n`, in the order the
- * picker saw them. After a failed selection there are none.
- *
- * Errors: `NULL_ARGUMENT`, `BUFFER_TOO_SMALL` (when `len` is below the number of candidates).
- *
- * # Safety
- *
- * `selector` must be a live handle; `rows` and `costs` valid for `len` writes (NULL allowed when
- * `len` is 0); `out_n` valid for a write.
- */
-libroute_status libroute_selector_last_costs(const struct libroute_selector *selector,
-                                             size_t *rows,
-                                             double *costs,
-                                             size_t len,
-                                             size_t *out_n);
-
-/**
- * Writes the message of status `code` (NUL-terminated) into `buf[0..len]` and its length to
- * `*out_n`. An unknown code is reported as `LIBROUTE_STATUS_INVALID_ARGUMENT` and nothing is
- * written.
- *
- * # Safety
- *
- * `buf` must be valid for `len` writes and `out_n` for one.
- */
-libroute_status libroute_status_message(uint32_t code, char *buf, size_t len, size_t *out_n);
-
-/**
- * Writes the detail of the calling thread's last failure (which knob, row or scorer),
- * NUL-terminated, into `buf[0..len]` and its length to `*out_n`. Empty before any failure.
- *
- * # Safety
- *
- * `buf` must be valid for `len` writes and `out_n` for one.
- */
-libroute_status libroute_last_error(char *buf, size_t len, size_t *out_n);
-
-/**
- * The library version as a NUL-terminated `"MAJOR.MINOR.PATCH"`, equal to `LIBROUTE_VERSION`
- * in a header of the same release. The string is static: do not free it.
- */
-const char *libroute_version(void);
 
 /**
  * Creates a router from `config`. On success `*out` owns it: free it with
@@ -1440,6 +1413,33 @@ libroute_status libroute_router_route_at(struct libroute_router *router,
  */
 libroute_status libroute_router_get_counters(struct libroute_router *router,
                                              struct libroute_router_counters *out);
+
+/**
+ * Writes the message of status `code` (NUL-terminated) into `buf[0..len]` and its length to
+ * `*out_n`. An unknown code is reported as `LIBROUTE_STATUS_INVALID_ARGUMENT` and nothing is
+ * written.
+ *
+ * # Safety
+ *
+ * `buf` must be valid for `len` writes and `out_n` for one.
+ */
+libroute_status libroute_status_message(uint32_t code, char *buf, size_t len, size_t *out_n);
+
+/**
+ * Writes the detail of the calling thread's last failure (which knob, row or scorer),
+ * NUL-terminated, into `buf[0..len]` and its length to `*out_n`. Empty before any failure.
+ *
+ * # Safety
+ *
+ * `buf` must be valid for `len` writes and `out_n` for one.
+ */
+libroute_status libroute_last_error(char *buf, size_t len, size_t *out_n);
+
+/**
+ * The library version as a NUL-terminated `"MAJOR.MINOR.PATCH"`, equal to `LIBROUTE_VERSION`
+ * in a header of the same release. The string is static: do not free it.
+ */
+const char *libroute_version(void);
 
 #ifdef __cplusplus
 }  // extern "C"

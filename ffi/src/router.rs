@@ -8,11 +8,12 @@ use libroute_core::{
     WorkerKey, WorkerSlot,
 };
 
-use crate::status::{boundary, fail};
-use crate::{
-    AnySelector, SelectorBox, libroute_policy, libroute_request, libroute_row, libroute_selection,
-    libroute_selector, libroute_status, libroute_worker, policy_ref, select_error, slice, to_c,
-    with_core_request,
+use crate::handle::{Handle, slice};
+use crate::policy::libroute_policy;
+use crate::selector::{AnySelector, libroute_selector, select_error};
+use crate::status::{boundary, fail, libroute_status};
+use crate::vocab::{
+    libroute_request, libroute_row, libroute_selection, libroute_worker, to_c, with_core_request,
 };
 
 /// The largest table `libroute_router_new` allocates, in slots (2^26).
@@ -138,6 +139,10 @@ pub struct libroute_router {
     _private: [u8; 0],
 }
 
+impl Handle for libroute_router {
+    type Target = RouterBox;
+}
+
 type Boxed<T> = Box<[T]>;
 type CoreRouter<const W: usize> = Router<
     Boxed<BlockSlot<W>>,
@@ -174,7 +179,7 @@ macro_rules! with_router {
     };
 }
 
-struct RouterBox {
+pub(crate) struct RouterBox {
     router: AnyRouter,
     predictions: Option<CorePredictions>,
 }
@@ -286,7 +291,7 @@ pub unsafe extern "C" fn libroute_router_new(
             predictions,
         });
         // SAFETY: `out` is non-NULL and valid for a write by contract.
-        unsafe { out.write(Box::into_raw(boxed).cast()) };
+        unsafe { out.write(libroute_router::into_handle(boxed)) };
         libroute_status::Ok
     })
 }
@@ -298,8 +303,8 @@ pub unsafe extern "C" fn libroute_router_new(
 /// `router` must be NULL or a live handle from `libroute_router_new`, not in use elsewhere.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn libroute_router_free(router: *mut libroute_router) {
-    // SAFETY: by contract the pointer is NULL or came from `Box::into_raw` of a `RouterBox`.
-    unsafe { crate::free_handle(router.cast::<RouterBox>()) };
+    // SAFETY: by contract the pointer is NULL or a live router handle, freed once.
+    unsafe { libroute_router::free(router) };
 }
 
 /// # Safety
@@ -308,8 +313,8 @@ pub unsafe extern "C" fn libroute_router_free(router: *mut libroute_router) {
 unsafe fn router_mut<'a>(
     router: *mut libroute_router,
 ) -> Result<&'a mut RouterBox, libroute_status> {
-    // SAFETY: NULL or a live, unshared `RouterBox` by contract.
-    unsafe { router.cast::<RouterBox>().as_mut() }
+    // SAFETY: NULL or a live, unshared router handle by contract.
+    unsafe { libroute_router::as_mut(router) }
         .ok_or_else(|| fail(libroute_status::NullArgument, "router is NULL"))
 }
 
@@ -800,11 +805,11 @@ unsafe fn route_call(
             Err(s) => return s,
         };
         // SAFETY: NULL or live by contract.
-        let Some(policy) = (unsafe { policy_ref(policy) }) else {
+        let Some(policy) = (unsafe { libroute_policy::as_ref(policy) }) else {
             return fail(libroute_status::NullArgument, "policy is NULL");
         };
         // SAFETY: NULL or a live `SelectorBox` not used concurrently, by contract.
-        let Some(selector) = (unsafe { selector.cast::<SelectorBox>().as_mut() }) else {
+        let Some(selector) = (unsafe { libroute_selector::as_mut(selector) }) else {
             return fail(libroute_status::NullArgument, "selector is NULL");
         };
         // SAFETY: `hashes` holds `hashes_len` values by contract.
