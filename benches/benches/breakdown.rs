@@ -5,7 +5,9 @@
 //! rows: reading four of each row's fields into one cost (`floor-four-fields`) and the minimum of
 //! 1,024 costs in one dependent chain (`floor-min-chain`); and at T > 0, the platform `exp` the
 //! sampler must call once per row to match Dynamo bit for bit (`floor-exp`: 1,024 calls, the
-//! weights written and nothing else). `cargo bench -p libroute-benches --bench breakdown`.
+//! weights written and nothing else); and the three divisions by a constant per row that
+//! `llm_d`'s three scorers need (`floor-three-divisions`: over contiguous columns, so two rows per
+//! instruction, nothing else). `cargo bench -p libroute-benches --bench breakdown`.
 
 use std::hint::black_box;
 
@@ -145,6 +147,18 @@ fn breakdown(c: &mut Criterion) {
                 *w = (c * -1e-3 / 0.7).exp();
             }
             black_box(&weights);
+        });
+    });
+    let mut columns = vec![0.0; 3 * costs.len()];
+    c.bench_function("floor-three-divisions", |b| {
+        b.iter(|| {
+            let divisors = black_box([128.0, 4096.0, 37.0]);
+            for (column, d) in columns.chunks_exact_mut(costs.len()).zip(divisors) {
+                for (x, &c) in column.iter_mut().zip(black_box(&costs)) {
+                    *x = c / d;
+                }
+            }
+            black_box(&columns);
         });
     });
     let full = Policy::new((), (DefaultCost::default(),), DefaultPicker::default()).unwrap();
