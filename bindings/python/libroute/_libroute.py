@@ -524,63 +524,63 @@ def _uniffi_check_contract_api_version(lib):
         raise InternalError("UniFFI contract version mismatch: try cleaning and rebuilding your project")
 
 def _uniffi_check_api_checksums(lib):
-    if lib.uniffi_route_uniffi_checksum_func_packed_row_size() != 63919:
+    if lib.uniffi_route_uniffi_checksum_func_packed_row_size() != 51217:
         raise InternalError("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     if lib.uniffi_route_uniffi_checksum_func_version() != 38977:
         raise InternalError("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
-    if lib.uniffi_route_uniffi_checksum_method_policy_inputs() != 44809:
+    if lib.uniffi_route_uniffi_checksum_method_policy_inputs() != 23332:
         raise InternalError("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
-    if lib.uniffi_route_uniffi_checksum_method_policy_release() != 53153:
+    if lib.uniffi_route_uniffi_checksum_method_policy_release() != 15543:
         raise InternalError("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
-    if lib.uniffi_route_uniffi_checksum_constructor_policy_new() != 1801:
+    if lib.uniffi_route_uniffi_checksum_constructor_policy_new() != 49257:
         raise InternalError("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
-    if lib.uniffi_route_uniffi_checksum_method_policyset_instance_name() != 3113:
+    if lib.uniffi_route_uniffi_checksum_method_policyset_instance_name() != 54588:
         raise InternalError("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
-    if lib.uniffi_route_uniffi_checksum_method_policyset_policy() != 10295:
+    if lib.uniffi_route_uniffi_checksum_method_policyset_policy() != 43066:
         raise InternalError("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
-    if lib.uniffi_route_uniffi_checksum_constructor_policyset_new() != 39986:
+    if lib.uniffi_route_uniffi_checksum_constructor_policyset_new() != 24537:
         raise InternalError("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
-    if lib.uniffi_route_uniffi_checksum_method_router_add_worker() != 27484:
+    if lib.uniffi_route_uniffi_checksum_method_router_add_worker() != 20373:
         raise InternalError("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
-    if lib.uniffi_route_uniffi_checksum_method_router_apply_kv_events() != 56719:
+    if lib.uniffi_route_uniffi_checksum_method_router_apply_kv_events() != 45312:
         raise InternalError("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
-    if lib.uniffi_route_uniffi_checksum_method_router_apply_ledger_events() != 63994:
+    if lib.uniffi_route_uniffi_checksum_method_router_apply_ledger_events() != 24195:
         raise InternalError("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
-    if lib.uniffi_route_uniffi_checksum_method_router_book() != 9306:
+    if lib.uniffi_route_uniffi_checksum_method_router_book() != 56266:
         raise InternalError("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
-    if lib.uniffi_route_uniffi_checksum_method_router_book_at() != 5699:
+    if lib.uniffi_route_uniffi_checksum_method_router_book_at() != 30290:
         raise InternalError("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
-    if lib.uniffi_route_uniffi_checksum_method_router_counters() != 20495:
+    if lib.uniffi_route_uniffi_checksum_method_router_counters() != 59127:
         raise InternalError("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
-    if lib.uniffi_route_uniffi_checksum_method_router_free_request() != 65535:
+    if lib.uniffi_route_uniffi_checksum_method_router_free_request() != 367:
         raise InternalError("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
-    if lib.uniffi_route_uniffi_checksum_method_router_prefill_complete() != 37421:
+    if lib.uniffi_route_uniffi_checksum_method_router_prefill_complete() != 27002:
         raise InternalError("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
-    if lib.uniffi_route_uniffi_checksum_method_router_prefill_complete_at() != 21661:
+    if lib.uniffi_route_uniffi_checksum_method_router_prefill_complete_at() != 37347:
         raise InternalError("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
-    if lib.uniffi_route_uniffi_checksum_method_router_release() != 9773:
+    if lib.uniffi_route_uniffi_checksum_method_router_release() != 38872:
         raise InternalError("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
-    if lib.uniffi_route_uniffi_checksum_method_router_remove_worker() != 2704:
+    if lib.uniffi_route_uniffi_checksum_method_router_remove_worker() != 9089:
         raise InternalError("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
-    if lib.uniffi_route_uniffi_checksum_method_router_route() != 52793:
+    if lib.uniffi_route_uniffi_checksum_method_router_route() != 17126:
         raise InternalError("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
-    if lib.uniffi_route_uniffi_checksum_method_router_route_at() != 40489:
+    if lib.uniffi_route_uniffi_checksum_method_router_route_at() != 53257:
         raise InternalError("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
-    if lib.uniffi_route_uniffi_checksum_constructor_router_new() != 42963:
+    if lib.uniffi_route_uniffi_checksum_constructor_router_new() != 59449:
         raise InternalError("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
-    if lib.uniffi_route_uniffi_checksum_method_selector_last_costs() != 56081:
+    if lib.uniffi_route_uniffi_checksum_method_selector_last_costs() != 14683:
         raise InternalError("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
-    if lib.uniffi_route_uniffi_checksum_method_selector_release() != 46907:
+    if lib.uniffi_route_uniffi_checksum_method_selector_release() != 28187:
         raise InternalError("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
-    if lib.uniffi_route_uniffi_checksum_method_selector_reset_seeded() != 10788:
+    if lib.uniffi_route_uniffi_checksum_method_selector_reset_seeded() != 6594:
         raise InternalError("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
-    if lib.uniffi_route_uniffi_checksum_method_selector_select() != 61334:
+    if lib.uniffi_route_uniffi_checksum_method_selector_select() != 31719:
         raise InternalError("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
-    if lib.uniffi_route_uniffi_checksum_method_selector_select_explained() != 25869:
+    if lib.uniffi_route_uniffi_checksum_method_selector_select_explained() != 50655:
         raise InternalError("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
-    if lib.uniffi_route_uniffi_checksum_method_selector_select_packed() != 27831:
+    if lib.uniffi_route_uniffi_checksum_method_selector_select_packed() != 42016:
         raise InternalError("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
-    if lib.uniffi_route_uniffi_checksum_constructor_selector_new() != 55416:
+    if lib.uniffi_route_uniffi_checksum_constructor_selector_new() != 16897:
         raise InternalError("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
 
 # A ctypes library to expose the extern-C FFI definitions.
@@ -4550,8 +4550,8 @@ class SelectorProtocol(typing.Protocol):
         raise NotImplementedError
     def select_packed(self, policy: Policy,request: Request,rows: bytes) -> Selection:
         """
-        [`Selector::select`] for rows packed as bytes ([`PACKED_ROW_BYTES`] per row, see
-        [`packed_row_size`]): one copy instead of a field-by-field conversion of each record,
+        [`Selector::select`] for rows packed as bytes (`PACKED_ROW_BYTES` per row, see
+        `packed_row_size`): one copy instead of a field-by-field conversion of each record,
         which is what dominates a selection from Python or the JVM.
 
         # Errors
@@ -4723,8 +4723,8 @@ class Selector(SelectorProtocol):
         return _uniffi_lift_return(_uniffi_ffi_result)
     def select_packed(self, policy: Policy,request: Request,rows: bytes) -> Selection:
         """
-        [`Selector::select`] for rows packed as bytes ([`PACKED_ROW_BYTES`] per row, see
-        [`packed_row_size`]): one copy instead of a field-by-field conversion of each record,
+        [`Selector::select`] for rows packed as bytes (`PACKED_ROW_BYTES` per row, see
+        `packed_row_size`): one copy instead of a field-by-field conversion of each record,
         which is what dominates a selection from Python or the JVM.
 
         # Errors
@@ -5336,7 +5336,7 @@ class _UniffiFfiConverterTypeRouter:
         buf.write_u64(cls.lower(value))
 def packed_row_size() -> int:
     """
-    The size in bytes of one packed row ([`Selector::select_packed`]).
+    The size in bytes of one packed row (`Selector::select_packed`).
 """
     _uniffi_lowered_args = (
     )

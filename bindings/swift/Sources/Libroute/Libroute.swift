@@ -1497,8 +1497,8 @@ public protocol SelectorProtocol: AnyObject, Sendable {
     func selectExplained(policy: Policy, request: Request, rows: [Row]) throws  -> Explained
     
     /**
-     * [`Selector::select`] for rows packed as bytes ([`PACKED_ROW_BYTES`] per row, see
-     * [`packed_row_size`]): one copy instead of a field-by-field conversion of each record,
+     * [`Selector::select`] for rows packed as bytes (`PACKED_ROW_BYTES` per row, see
+     * `packed_row_size`): one copy instead of a field-by-field conversion of each record,
      * which is what dominates a selection from Python or the JVM.
      *
      * # Errors
@@ -1666,8 +1666,8 @@ open func selectExplained(policy: Policy, request: Request, rows: [Row])throws  
 }
     
     /**
-     * [`Selector::select`] for rows packed as bytes ([`PACKED_ROW_BYTES`] per row, see
-     * [`packed_row_size`]): one copy instead of a field-by-field conversion of each record,
+     * [`Selector::select`] for rows packed as bytes (`PACKED_ROW_BYTES` per row, see
+     * `packed_row_size`): one copy instead of a field-by-field conversion of each record,
      * which is what dominates a selection from Python or the JVM.
      *
      * # Errors
@@ -3125,7 +3125,7 @@ public struct Selection: Equatable, Hashable {
     public var cachedTokens: UInt64
     /**
      * Each scorer's contribution to the chosen row's cost, the default cost first (empty for
-     * [`Router::route`]; use [`Selector::last_costs`] there).
+     * `Router::route`; use `Selector::last_costs` there).
      */
     public var contributions: [Double]
 
@@ -3155,7 +3155,7 @@ public struct Selection: Equatable, Hashable {
          */cachedTokens: UInt64, 
         /**
          * Each scorer's contribution to the chosen row's cost, the default cost first (empty for
-         * [`Router::route`]; use [`Selector::last_costs`] there).
+         * `Router::route`; use `Selector::last_costs` there).
          */contributions: [Double]) {
         self.row = row
         self.worker = worker
@@ -4903,22 +4903,22 @@ fileprivate struct FfiConverterSequenceTypeLedgerEvent: FfiConverterRustBuffer {
     }
 }
 /**
- * The size in bytes of one packed row ([`Selector::select_packed`]).
- */
-public func packedRowSize() -> UInt32  {
-    return try!  FfiConverterUInt32.lift(try! rustCall() {
-        uniffiCallStatus in
-    uniffi_route_uniffi_fn_func_packed_row_size(uniffiCallStatus
-    )
-})
-}
-/**
  * The library version, `MAJOR.MINOR.PATCH`.
  */
 public func version() -> String  {
     return try!  FfiConverterString.lift(try! rustCall() {
         uniffiCallStatus in
     uniffi_route_uniffi_fn_func_version(uniffiCallStatus
+    )
+})
+}
+/**
+ * The size in bytes of one packed row (`Selector::select_packed`).
+ */
+public func packedRowSize() -> UInt32  {
+    return try!  FfiConverterUInt32.lift(try! rustCall() {
+        uniffiCallStatus in
+    uniffi_route_uniffi_fn_func_packed_row_size(uniffiCallStatus
     )
 })
 }
@@ -4938,91 +4938,91 @@ private let initializationResult: InitializationResult = {
     if bindings_contract_version != scaffolding_contract_version {
         return InitializationResult.contractVersionMismatch
     }
-    if (uniffi_route_uniffi_checksum_func_packed_row_size() != 63919) {
-        return InitializationResult.apiChecksumMismatch
-    }
     if (uniffi_route_uniffi_checksum_func_version() != 38977) {
         return InitializationResult.apiChecksumMismatch
     }
-    if (uniffi_route_uniffi_checksum_method_policy_inputs() != 44809) {
+    if (uniffi_route_uniffi_checksum_func_packed_row_size() != 51217) {
         return InitializationResult.apiChecksumMismatch
     }
-    if (uniffi_route_uniffi_checksum_method_policy_release() != 53153) {
+    if (uniffi_route_uniffi_checksum_method_policy_inputs() != 23332) {
         return InitializationResult.apiChecksumMismatch
     }
-    if (uniffi_route_uniffi_checksum_method_policyset_instance_name() != 3113) {
+    if (uniffi_route_uniffi_checksum_method_policy_release() != 15543) {
         return InitializationResult.apiChecksumMismatch
     }
-    if (uniffi_route_uniffi_checksum_method_policyset_policy() != 10295) {
+    if (uniffi_route_uniffi_checksum_method_policyset_instance_name() != 54588) {
         return InitializationResult.apiChecksumMismatch
     }
-    if (uniffi_route_uniffi_checksum_method_router_add_worker() != 27484) {
+    if (uniffi_route_uniffi_checksum_method_policyset_policy() != 43066) {
         return InitializationResult.apiChecksumMismatch
     }
-    if (uniffi_route_uniffi_checksum_method_router_apply_kv_events() != 56719) {
+    if (uniffi_route_uniffi_checksum_method_router_add_worker() != 20373) {
         return InitializationResult.apiChecksumMismatch
     }
-    if (uniffi_route_uniffi_checksum_method_router_apply_ledger_events() != 63994) {
+    if (uniffi_route_uniffi_checksum_method_router_apply_kv_events() != 45312) {
         return InitializationResult.apiChecksumMismatch
     }
-    if (uniffi_route_uniffi_checksum_method_router_book() != 9306) {
+    if (uniffi_route_uniffi_checksum_method_router_apply_ledger_events() != 24195) {
         return InitializationResult.apiChecksumMismatch
     }
-    if (uniffi_route_uniffi_checksum_method_router_book_at() != 5699) {
+    if (uniffi_route_uniffi_checksum_method_router_book() != 56266) {
         return InitializationResult.apiChecksumMismatch
     }
-    if (uniffi_route_uniffi_checksum_method_router_counters() != 20495) {
+    if (uniffi_route_uniffi_checksum_method_router_book_at() != 30290) {
         return InitializationResult.apiChecksumMismatch
     }
-    if (uniffi_route_uniffi_checksum_method_router_free_request() != 65535) {
+    if (uniffi_route_uniffi_checksum_method_router_counters() != 59127) {
         return InitializationResult.apiChecksumMismatch
     }
-    if (uniffi_route_uniffi_checksum_method_router_prefill_complete() != 37421) {
+    if (uniffi_route_uniffi_checksum_method_router_free_request() != 367) {
         return InitializationResult.apiChecksumMismatch
     }
-    if (uniffi_route_uniffi_checksum_method_router_prefill_complete_at() != 21661) {
+    if (uniffi_route_uniffi_checksum_method_router_prefill_complete() != 27002) {
         return InitializationResult.apiChecksumMismatch
     }
-    if (uniffi_route_uniffi_checksum_method_router_release() != 9773) {
+    if (uniffi_route_uniffi_checksum_method_router_prefill_complete_at() != 37347) {
         return InitializationResult.apiChecksumMismatch
     }
-    if (uniffi_route_uniffi_checksum_method_router_remove_worker() != 2704) {
+    if (uniffi_route_uniffi_checksum_method_router_release() != 38872) {
         return InitializationResult.apiChecksumMismatch
     }
-    if (uniffi_route_uniffi_checksum_method_router_route() != 52793) {
+    if (uniffi_route_uniffi_checksum_method_router_remove_worker() != 9089) {
         return InitializationResult.apiChecksumMismatch
     }
-    if (uniffi_route_uniffi_checksum_method_router_route_at() != 40489) {
+    if (uniffi_route_uniffi_checksum_method_router_route() != 17126) {
         return InitializationResult.apiChecksumMismatch
     }
-    if (uniffi_route_uniffi_checksum_method_selector_last_costs() != 56081) {
+    if (uniffi_route_uniffi_checksum_method_router_route_at() != 53257) {
         return InitializationResult.apiChecksumMismatch
     }
-    if (uniffi_route_uniffi_checksum_method_selector_release() != 46907) {
+    if (uniffi_route_uniffi_checksum_method_selector_last_costs() != 14683) {
         return InitializationResult.apiChecksumMismatch
     }
-    if (uniffi_route_uniffi_checksum_method_selector_reset_seeded() != 10788) {
+    if (uniffi_route_uniffi_checksum_method_selector_release() != 28187) {
         return InitializationResult.apiChecksumMismatch
     }
-    if (uniffi_route_uniffi_checksum_method_selector_select() != 61334) {
+    if (uniffi_route_uniffi_checksum_method_selector_reset_seeded() != 6594) {
         return InitializationResult.apiChecksumMismatch
     }
-    if (uniffi_route_uniffi_checksum_method_selector_select_explained() != 25869) {
+    if (uniffi_route_uniffi_checksum_method_selector_select() != 31719) {
         return InitializationResult.apiChecksumMismatch
     }
-    if (uniffi_route_uniffi_checksum_method_selector_select_packed() != 27831) {
+    if (uniffi_route_uniffi_checksum_method_selector_select_explained() != 50655) {
         return InitializationResult.apiChecksumMismatch
     }
-    if (uniffi_route_uniffi_checksum_constructor_policy_new() != 1801) {
+    if (uniffi_route_uniffi_checksum_method_selector_select_packed() != 42016) {
         return InitializationResult.apiChecksumMismatch
     }
-    if (uniffi_route_uniffi_checksum_constructor_policyset_new() != 39986) {
+    if (uniffi_route_uniffi_checksum_constructor_policy_new() != 49257) {
         return InitializationResult.apiChecksumMismatch
     }
-    if (uniffi_route_uniffi_checksum_constructor_router_new() != 42963) {
+    if (uniffi_route_uniffi_checksum_constructor_policyset_new() != 24537) {
         return InitializationResult.apiChecksumMismatch
     }
-    if (uniffi_route_uniffi_checksum_constructor_selector_new() != 55416) {
+    if (uniffi_route_uniffi_checksum_constructor_router_new() != 59449) {
+        return InitializationResult.apiChecksumMismatch
+    }
+    if (uniffi_route_uniffi_checksum_constructor_selector_new() != 16897) {
         return InitializationResult.apiChecksumMismatch
     }
 

@@ -418,15 +418,15 @@ RustBuffer uniffi_route_uniffi_fn_method_selector_select_explained(uint64_t ptr,
 RustBuffer uniffi_route_uniffi_fn_method_selector_select_packed(uint64_t ptr, uint64_t policy, RustBuffer request, RustBuffer rows, RustCallStatus *_Nonnull out_status
 );
 #endif
-#ifndef UNIFFI_FFIDEF_UNIFFI_ROUTE_UNIFFI_FN_FUNC_PACKED_ROW_SIZE
-#define UNIFFI_FFIDEF_UNIFFI_ROUTE_UNIFFI_FN_FUNC_PACKED_ROW_SIZE
-uint32_t uniffi_route_uniffi_fn_func_packed_row_size(RustCallStatus *_Nonnull out_status
-    
-);
-#endif
 #ifndef UNIFFI_FFIDEF_UNIFFI_ROUTE_UNIFFI_FN_FUNC_VERSION
 #define UNIFFI_FFIDEF_UNIFFI_ROUTE_UNIFFI_FN_FUNC_VERSION
 RustBuffer uniffi_route_uniffi_fn_func_version(RustCallStatus *_Nonnull out_status
+    
+);
+#endif
+#ifndef UNIFFI_FFIDEF_UNIFFI_ROUTE_UNIFFI_FN_FUNC_PACKED_ROW_SIZE
+#define UNIFFI_FFIDEF_UNIFFI_ROUTE_UNIFFI_FN_FUNC_PACKED_ROW_SIZE
+uint32_t uniffi_route_uniffi_fn_func_packed_row_size(RustCallStatus *_Nonnull out_status
     
 );
 #endif
@@ -690,15 +690,15 @@ void ffi_route_uniffi_rust_future_free_void(uint64_t handle
 void ffi_route_uniffi_rust_future_complete_void(uint64_t handle, RustCallStatus *_Nonnull out_status
 );
 #endif
-#ifndef UNIFFI_FFIDEF_UNIFFI_ROUTE_UNIFFI_CHECKSUM_FUNC_PACKED_ROW_SIZE
-#define UNIFFI_FFIDEF_UNIFFI_ROUTE_UNIFFI_CHECKSUM_FUNC_PACKED_ROW_SIZE
-uint16_t uniffi_route_uniffi_checksum_func_packed_row_size(void
-    
-);
-#endif
 #ifndef UNIFFI_FFIDEF_UNIFFI_ROUTE_UNIFFI_CHECKSUM_FUNC_VERSION
 #define UNIFFI_FFIDEF_UNIFFI_ROUTE_UNIFFI_CHECKSUM_FUNC_VERSION
 uint16_t uniffi_route_uniffi_checksum_func_version(void
+    
+);
+#endif
+#ifndef UNIFFI_FFIDEF_UNIFFI_ROUTE_UNIFFI_CHECKSUM_FUNC_PACKED_ROW_SIZE
+#define UNIFFI_FFIDEF_UNIFFI_ROUTE_UNIFFI_CHECKSUM_FUNC_PACKED_ROW_SIZE
+uint16_t uniffi_route_uniffi_checksum_func_packed_row_size(void
     
 );
 #endif

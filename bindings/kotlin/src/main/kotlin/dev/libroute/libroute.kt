@@ -675,9 +675,9 @@ internal object IntegrityCheckingUniffiLib {
     }
 
     internal fun ensureInitialized() = Unit
-    external fun uniffi_route_uniffi_checksum_func_packed_row_size(
-    ): Int
     external fun uniffi_route_uniffi_checksum_func_version(
+    ): Int
+    external fun uniffi_route_uniffi_checksum_func_packed_row_size(
     ): Int
     external fun uniffi_route_uniffi_checksum_method_policy_inputs(
     ): Int
@@ -823,10 +823,10 @@ internal object UniffiLib {
     ): RustBuffer.ByValue
     external fun uniffi_route_uniffi_fn_method_selector_select_packed(`ptr`: Long,`policy`: Long,`request`: RustBuffer.ByValue,`rows`: RustBuffer.ByValue,uniffi_out_err: UniffiRustCallStatus, 
     ): RustBuffer.ByValue
-    external fun uniffi_route_uniffi_fn_func_packed_row_size(uniffi_out_err: UniffiRustCallStatus, 
-    ): Int
     external fun uniffi_route_uniffi_fn_func_version(uniffi_out_err: UniffiRustCallStatus, 
     ): RustBuffer.ByValue
+    external fun uniffi_route_uniffi_fn_func_packed_row_size(uniffi_out_err: UniffiRustCallStatus, 
+    ): Int
     external fun ffi_route_uniffi_rustbuffer_alloc(`size`: Long,uniffi_out_err: UniffiRustCallStatus, 
     ): RustBuffer.ByValue
     external fun ffi_route_uniffi_rustbuffer_from_bytes(`bytes`: ForeignBytes.ByValue,uniffi_out_err: UniffiRustCallStatus, 
@@ -946,91 +946,91 @@ private fun uniffiCheckContractApiVersion(lib: IntegrityCheckingUniffiLib) {
 }
 @Suppress("UNUSED_PARAMETER")
 private fun uniffiCheckApiChecksums(lib: IntegrityCheckingUniffiLib) {
-    if ((lib.uniffi_route_uniffi_checksum_func_packed_row_size() and 0xFFFF) != 63919) {
-        throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
-    }
     if ((lib.uniffi_route_uniffi_checksum_func_version() and 0xFFFF) != 38977) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
-    if ((lib.uniffi_route_uniffi_checksum_method_policy_inputs() and 0xFFFF) != 44809) {
+    if ((lib.uniffi_route_uniffi_checksum_func_packed_row_size() and 0xFFFF) != 51217) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
-    if ((lib.uniffi_route_uniffi_checksum_method_policy_release() and 0xFFFF) != 53153) {
+    if ((lib.uniffi_route_uniffi_checksum_method_policy_inputs() and 0xFFFF) != 23332) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
-    if ((lib.uniffi_route_uniffi_checksum_method_policyset_instance_name() and 0xFFFF) != 3113) {
+    if ((lib.uniffi_route_uniffi_checksum_method_policy_release() and 0xFFFF) != 15543) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
-    if ((lib.uniffi_route_uniffi_checksum_method_policyset_policy() and 0xFFFF) != 10295) {
+    if ((lib.uniffi_route_uniffi_checksum_method_policyset_instance_name() and 0xFFFF) != 54588) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
-    if ((lib.uniffi_route_uniffi_checksum_method_router_add_worker() and 0xFFFF) != 27484) {
+    if ((lib.uniffi_route_uniffi_checksum_method_policyset_policy() and 0xFFFF) != 43066) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
-    if ((lib.uniffi_route_uniffi_checksum_method_router_apply_kv_events() and 0xFFFF) != 56719) {
+    if ((lib.uniffi_route_uniffi_checksum_method_router_add_worker() and 0xFFFF) != 20373) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
-    if ((lib.uniffi_route_uniffi_checksum_method_router_apply_ledger_events() and 0xFFFF) != 63994) {
+    if ((lib.uniffi_route_uniffi_checksum_method_router_apply_kv_events() and 0xFFFF) != 45312) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
-    if ((lib.uniffi_route_uniffi_checksum_method_router_book() and 0xFFFF) != 9306) {
+    if ((lib.uniffi_route_uniffi_checksum_method_router_apply_ledger_events() and 0xFFFF) != 24195) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
-    if ((lib.uniffi_route_uniffi_checksum_method_router_book_at() and 0xFFFF) != 5699) {
+    if ((lib.uniffi_route_uniffi_checksum_method_router_book() and 0xFFFF) != 56266) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
-    if ((lib.uniffi_route_uniffi_checksum_method_router_counters() and 0xFFFF) != 20495) {
+    if ((lib.uniffi_route_uniffi_checksum_method_router_book_at() and 0xFFFF) != 30290) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
-    if ((lib.uniffi_route_uniffi_checksum_method_router_free_request() and 0xFFFF) != 65535) {
+    if ((lib.uniffi_route_uniffi_checksum_method_router_counters() and 0xFFFF) != 59127) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
-    if ((lib.uniffi_route_uniffi_checksum_method_router_prefill_complete() and 0xFFFF) != 37421) {
+    if ((lib.uniffi_route_uniffi_checksum_method_router_free_request() and 0xFFFF) != 367) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
-    if ((lib.uniffi_route_uniffi_checksum_method_router_prefill_complete_at() and 0xFFFF) != 21661) {
+    if ((lib.uniffi_route_uniffi_checksum_method_router_prefill_complete() and 0xFFFF) != 27002) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
-    if ((lib.uniffi_route_uniffi_checksum_method_router_release() and 0xFFFF) != 9773) {
+    if ((lib.uniffi_route_uniffi_checksum_method_router_prefill_complete_at() and 0xFFFF) != 37347) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
-    if ((lib.uniffi_route_uniffi_checksum_method_router_remove_worker() and 0xFFFF) != 2704) {
+    if ((lib.uniffi_route_uniffi_checksum_method_router_release() and 0xFFFF) != 38872) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
-    if ((lib.uniffi_route_uniffi_checksum_method_router_route() and 0xFFFF) != 52793) {
+    if ((lib.uniffi_route_uniffi_checksum_method_router_remove_worker() and 0xFFFF) != 9089) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
-    if ((lib.uniffi_route_uniffi_checksum_method_router_route_at() and 0xFFFF) != 40489) {
+    if ((lib.uniffi_route_uniffi_checksum_method_router_route() and 0xFFFF) != 17126) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
-    if ((lib.uniffi_route_uniffi_checksum_method_selector_last_costs() and 0xFFFF) != 56081) {
+    if ((lib.uniffi_route_uniffi_checksum_method_router_route_at() and 0xFFFF) != 53257) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
-    if ((lib.uniffi_route_uniffi_checksum_method_selector_release() and 0xFFFF) != 46907) {
+    if ((lib.uniffi_route_uniffi_checksum_method_selector_last_costs() and 0xFFFF) != 14683) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
-    if ((lib.uniffi_route_uniffi_checksum_method_selector_reset_seeded() and 0xFFFF) != 10788) {
+    if ((lib.uniffi_route_uniffi_checksum_method_selector_release() and 0xFFFF) != 28187) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
-    if ((lib.uniffi_route_uniffi_checksum_method_selector_select() and 0xFFFF) != 61334) {
+    if ((lib.uniffi_route_uniffi_checksum_method_selector_reset_seeded() and 0xFFFF) != 6594) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
-    if ((lib.uniffi_route_uniffi_checksum_method_selector_select_explained() and 0xFFFF) != 25869) {
+    if ((lib.uniffi_route_uniffi_checksum_method_selector_select() and 0xFFFF) != 31719) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
-    if ((lib.uniffi_route_uniffi_checksum_method_selector_select_packed() and 0xFFFF) != 27831) {
+    if ((lib.uniffi_route_uniffi_checksum_method_selector_select_explained() and 0xFFFF) != 50655) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
-    if ((lib.uniffi_route_uniffi_checksum_constructor_policy_new() and 0xFFFF) != 1801) {
+    if ((lib.uniffi_route_uniffi_checksum_method_selector_select_packed() and 0xFFFF) != 42016) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
-    if ((lib.uniffi_route_uniffi_checksum_constructor_policyset_new() and 0xFFFF) != 39986) {
+    if ((lib.uniffi_route_uniffi_checksum_constructor_policy_new() and 0xFFFF) != 49257) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
-    if ((lib.uniffi_route_uniffi_checksum_constructor_router_new() and 0xFFFF) != 42963) {
+    if ((lib.uniffi_route_uniffi_checksum_constructor_policyset_new() and 0xFFFF) != 24537) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
-    if ((lib.uniffi_route_uniffi_checksum_constructor_selector_new() and 0xFFFF) != 55416) {
+    if ((lib.uniffi_route_uniffi_checksum_constructor_router_new() and 0xFFFF) != 59449) {
+        throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
+    }
+    if ((lib.uniffi_route_uniffi_checksum_constructor_selector_new() and 0xFFFF) != 16897) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
 }
@@ -2867,8 +2867,8 @@ public interface SelectorInterface {
     fun `selectExplained`(`policy`: Policy, `request`: Request, `rows`: List<Row>): Explained
     
     /**
-     * [`Selector::select`] for rows packed as bytes ([`PACKED_ROW_BYTES`] per row, see
-     * [`packed_row_size`]): one copy instead of a field-by-field conversion of each record,
+     * [`Selector::select`] for rows packed as bytes (`PACKED_ROW_BYTES` per row, see
+     * `packed_row_size`): one copy instead of a field-by-field conversion of each record,
      * which is what dominates a selection from Python or the JVM.
      *
      * # Errors
@@ -3127,8 +3127,8 @@ open class Selector: Disposable, AutoCloseable, SelectorInterface
 
     
     /**
-     * [`Selector::select`] for rows packed as bytes ([`PACKED_ROW_BYTES`] per row, see
-     * [`packed_row_size`]): one copy instead of a field-by-field conversion of each record,
+     * [`Selector::select`] for rows packed as bytes (`PACKED_ROW_BYTES` per row, see
+     * `packed_row_size`): one copy instead of a field-by-field conversion of each record,
      * which is what dominates a selection from Python or the JVM.
      *
      * # Errors
@@ -4203,7 +4203,7 @@ data class Selection (
     , 
     /**
      * Each scorer's contribution to the chosen row's cost, the default cost first (empty for
-     * [`Router::route`]; use [`Selector::last_costs`] there).
+     * `Router::route`; use `Selector::last_costs` there).
      */
     var `contributions`: List<kotlin.Double>
     
@@ -6370,11 +6370,11 @@ public object FfiConverterSequenceTypeLedgerEvent: FfiConverterRustBuffer<List<L
     }
 }
         /**
-         * The size in bytes of one packed row ([`Selector::select_packed`]).
-         */ fun `packedRowSize`(): kotlin.UInt {
-            return FfiConverterUInt.lift(
+         * The library version, `MAJOR.MINOR.PATCH`.
+         */ fun `version`(): kotlin.String {
+            return FfiConverterString.lift(
     uniffiRustCall() { _status ->
-    UniffiLib.uniffi_route_uniffi_fn_func_packed_row_size(
+    UniffiLib.uniffi_route_uniffi_fn_func_version(
     
         _status)
 }
@@ -6383,11 +6383,11 @@ public object FfiConverterSequenceTypeLedgerEvent: FfiConverterRustBuffer<List<L
     
 
         /**
-         * The library version, `MAJOR.MINOR.PATCH`.
-         */ fun `version`(): kotlin.String {
-            return FfiConverterString.lift(
+         * The size in bytes of one packed row (`Selector::select_packed`).
+         */ fun `packedRowSize`(): kotlin.UInt {
+            return FfiConverterUInt.lift(
     uniffiRustCall() { _status ->
-    UniffiLib.uniffi_route_uniffi_fn_func_version(
+    UniffiLib.uniffi_route_uniffi_fn_func_packed_row_size(
     
         _status)
 }

@@ -1,0 +1,161 @@
+//! [`RouteError`]: one variant per C status, each with the C ABI's one-sentence detail.
+
+use route::libroute_status;
+
+/// Defines [`RouteError`] with one variant per failure status, and its mapping from the status.
+macro_rules! route_error {
+    ($($(#[$doc:meta])* $variant:ident,)*) => {
+        /// Why a libroute call failed: one variant per C status (`libroute_status`), each with the
+        /// detail message that names the knob, row or worker at fault.
+        #[derive(Debug, Clone, PartialEq, Eq, uniffi::Error)]
+        pub enum RouteError {
+            $($(#[$doc])* $variant {
+                /// What exactly was wrong. (Not `message`: that name belongs to the foreign
+                /// exception classes.)
+                detail: String,
+            },)*
+            /// The object was released (`release()`); it cannot be used any more.
+            Closed {
+                /// Which object.
+                detail: String,
+            },
+        }
+
+        impl RouteError {
+            /// The one mapping from the C ABI's failures: the status and this thread's detail.
+            /// The detail is one whole sentence that already says what the status says (and
+            /// names the row, field, knob or worker), so it is the message on its own; the
+            /// status's fixed text stands in only when a call left no detail.
+            fn from_status(status: libroute_status) -> Self {
+                let detail = last_error();
+                let message = if detail.is_empty() {
+                    status.message().to_owned()
+                } else {
+                    detail
+                };
+                match status {
+                    $(libroute_status::$variant => Self::$variant { detail: message },)*
+                    libroute_status::Ok => Self::Panic {
+                        detail: "an error was reported for a successful call (a bug)".to_owned(),
+                    },
+                }
+            }
+
+            /// The detail message.
+            #[must_use]
+            pub fn message(&self) -> &str {
+                match self {
+                    $(Self::$variant { detail } => detail,)*
+                    Self::Closed { detail } => detail,
+                }
+            }
+
+            /// The `libroute_status` code of this error (as in `libroute.h`); `None` for
+            /// [`RouteError::Closed`], which only this facade reports.
+            #[must_use]
+            pub fn code(&self) -> Option<u32> {
+                match self {
+                    $(Self::$variant { .. } => Some(libroute_status::$variant as u32),)*
+                    Self::Closed { .. } => None,
+                }
+            }
+        }
+    };
+}
+
+route_error! {
+    /// A required argument was missing.
+    NullArgument,
+    /// An argument is out of range (a zero capacity, a table size that is not a power of two).
+    InvalidArgument,
+    /// An output buffer is too small.
+    BufferTooSmall,
+    /// More rows than the selector's capacity, or a capacity above the largest supported.
+    CapacityExceeded,
+    /// The configuration is not valid JSON of the expected shape.
+    InvalidJson,
+    /// The configuration names a key no knob has.
+    UnknownKey,
+    /// A knob's value is out of range, or two knobs conflict.
+    InvalidKnob,
+    /// More components than a policy can hold.
+    TooManyComponents,
+    /// No rows, or no eligible row.
+    NoEndpoints,
+    /// Filters removed every eligible row.
+    AllFiltered,
+    /// Every eligible row was overloaded.
+    AllOverloaded,
+    /// The request is invalid.
+    InvalidRequest,
+    /// A row is invalid (a NaN, infinite or negative estimate).
+    InvalidRow,
+    /// Two rows name the same worker and rank.
+    DuplicateWorker,
+    /// The pinned worker is not among the rows.
+    PinNotAllowed,
+    /// The pinned worker is overloaded.
+    PinOverloaded,
+    /// The pinned worker is not eligible.
+    PinIneligible,
+    /// A scorer gave a row a non-finite cost.
+    NonFiniteCost,
+    /// A row's total cost overflowed.
+    NonFiniteTotal,
+    /// The picker returned a position outside the candidates.
+    PickOutOfRange,
+    /// A filter failed.
+    FilterFailed,
+    /// A scorer failed.
+    ScorerFailed,
+    /// The picker failed.
+    PickerFailed,
+    /// The request id is already booked.
+    DuplicateRequest,
+    /// No booked request has this id.
+    UnknownRequest,
+    /// The worker is not registered with the ledger.
+    UnknownWorker,
+    /// libroute panicked (a bug); the call had no effect.
+    Panic,
+}
+
+impl std::fmt::Display for RouteError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.message())
+    }
+}
+
+impl std::error::Error for RouteError {}
+
+/// This thread's detail message of the last failed C call.
+pub(crate) fn last_error() -> String {
+    // Details are short; a longer one (a JSON error quoting its input) gets a bigger buffer.
+    for size in [1 << 10, 1 << 16] {
+        let mut buf = vec![0u8; size];
+        let mut n = 0;
+        // SAFETY: `buf` is valid for `buf.len()` writes and `n` for one.
+        let status =
+            unsafe { route::libroute_last_error(buf.as_mut_ptr().cast(), buf.len(), &raw mut n) };
+        if status == libroute_status::Ok {
+            buf.truncate(n);
+            return String::from_utf8_lossy(&buf).into_owned();
+        }
+    }
+    "(the detail message is longer than 64 KiB)".to_owned()
+}
+
+/// `Ok` or the error of `status`.
+pub(crate) fn check(status: libroute_status) -> Result<(), RouteError> {
+    if status == libroute_status::Ok {
+        Ok(())
+    } else {
+        Err(RouteError::from_status(status))
+    }
+}
+
+pub(crate) fn closed(what: &str) -> RouteError {
+    RouteError::Closed {
+        detail: format!("this {what} was released"),
+    }
+}
