@@ -570,7 +570,7 @@ fn ci() -> Result {
             Box::new(native::python_tests),
         ),
         (
-            "Kotlin (mvn test)",
+            "Kotlin (mvn install, and a Maven consumer of the JAR)",
             Box::new(|| native::kotlin_tests(false)),
         ),
         (

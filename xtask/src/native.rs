@@ -383,17 +383,27 @@ pub(crate) fn python_tests() -> Result {
         .current_dir(root.join("target")))
 }
 
-/// The Kotlin bindings: `mvn test` (corpus, bad input, router) against the uniffi library.
+/// The Kotlin bindings: `mvn install` (the tests: corpus, bad input, router; then the JAR, with
+/// the uniffi library inside, into the local repository), then the separate consumer project's
+/// `mvn test`, with no library path set, so its select can only load the library from the JAR.
+/// With `bench`, only the select benchmark.
 pub(crate) fn kotlin_tests(bench: bool) -> Result {
     crate::codegen::uniffi_library()?;
     let dir = root().join("bindings/kotlin");
-    let mut cmd = Command::new("mvn");
-    cmd.args(["-B", "-q", "-Dstyle.color=never", "test"])
-        .current_dir(&dir);
+    let mvn = |dir: &Path, goal: &str| {
+        let mut cmd = Command::new("mvn");
+        cmd.args(["-B", "-q", "-Dstyle.color=never", goal])
+            .current_dir(dir)
+            .env_remove("LD_LIBRARY_PATH");
+        cmd
+    };
     if bench {
+        let mut cmd = mvn(&dir, "test");
         cmd.args(["-Dlibroute.bench=true", "-Dtest=BenchSelect64"]);
+        return run(&mut cmd);
     }
-    run(&mut cmd)
+    run(&mut mvn(&dir, "install"))?;
+    run(&mut mvn(&dir.join("consumer"), "test"))
 }
 
 /// The Swift package: `swift test` where a Swift toolchain exists; says so plainly otherwise.
