@@ -853,13 +853,9 @@ fn softmax_index(
             hi = c;
         }
     }
-    let mut sum = 0.0;
-    if lo == hi {
+    let sum = if lo == hi {
         let uniform = 1.0 / costs.len() as f64;
-        for w in weights.iter_mut() {
-            *w = uniform;
-            sum += uniform;
-        }
+        weigh(weights, costs, |_| uniform)
     } else {
         let range = hi - lo;
         let magnitude = if range.is_finite() {
@@ -871,18 +867,13 @@ fn softmax_index(
         let lo_normalized = lo / magnitude;
         let scale = -1.0 / ((hi / magnitude - lo_normalized) * temperature);
         let offset = lo_normalized * scale;
+        let exp = crate::vocab::math::exp;
         if magnitude == 1.0 {
-            for (w, &c) in weights.iter_mut().zip(costs) {
-                *w = crate::vocab::math::exp(c * scale - offset);
-                sum += *w;
-            }
+            weigh(weights, costs, |c| exp(c * scale - offset))
         } else {
-            for (w, &c) in weights.iter_mut().zip(costs) {
-                *w = crate::vocab::math::exp(c / magnitude * scale - offset);
-                sum += *w;
-            }
+            weigh(weights, costs, |c| exp(c / magnitude * scale - offset))
         }
-    }
+    };
     let mut cumulative = 0.0;
     for (k, &w) in weights.iter().enumerate() {
         let probability = w / sum;
@@ -893,6 +884,17 @@ fn softmax_index(
     }
     let last = costs.len() - 1;
     (last, weights[last] / sum)
+}
+
+/// Writes `weight(c)` for every cost and returns the weights' sum, added in row order.
+#[inline]
+fn weigh(weights: &mut [f64], costs: &[f64], weight: impl Fn(f64) -> f64) -> f64 {
+    let mut sum = 0.0;
+    for (w, &c) in weights.iter_mut().zip(costs) {
+        *w = weight(c);
+        sum += *w;
+    }
+    sum
 }
 
 #[cfg(test)]
