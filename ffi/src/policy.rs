@@ -80,6 +80,7 @@ pub struct libroute_policy {
 
 impl Handle for libroute_policy {
     type Target = AbiPolicy;
+    const NAME: &'static str = "policy";
 }
 
 /// Parses the knobs JSON of a default policy; errors are recorded with their detail.
@@ -360,8 +361,9 @@ pub unsafe extern "C" fn libroute_policy_inputs(
     boundary(|| {
         non_null!(out, "out");
         // SAFETY: by contract `policy` is NULL or live.
-        let Some(policy) = (unsafe { libroute_policy::as_ref(policy) }) else {
-            return fail(libroute_status::NullArgument, "policy is NULL");
+        let policy = match unsafe { libroute_policy::get(policy) } {
+            Ok(policy) => policy,
+            Err(status) => return status,
         };
         let leg = match (
             self::role(role),

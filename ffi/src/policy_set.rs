@@ -20,6 +20,7 @@ pub struct libroute_policy_set {
 
 impl Handle for libroute_policy_set {
     type Target = PolicySetBox;
+    const NAME: &'static str = "set";
 }
 
 /// The policies of a set, one per role (in `libroute_role` order), and their instance names.
@@ -110,8 +111,9 @@ pub unsafe extern "C" fn libroute_policy_set_get(
     boundary(|| {
         non_null!(out, "out");
         // SAFETY: NULL or live by contract.
-        let Some(set) = (unsafe { libroute_policy_set::as_ref(set) }) else {
-            return fail(libroute_status::NullArgument, "set is NULL");
+        let set = match unsafe { libroute_policy_set::get(set) } {
+            Ok(set) => set,
+            Err(status) => return status,
         };
         // The set holds its policies in `libroute_role` order, so a valid role is the slot.
         if let Err(status) = self::role(role) {

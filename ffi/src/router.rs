@@ -141,6 +141,7 @@ pub struct libroute_router {
 
 impl Handle for libroute_router {
     type Target = RouterBox;
+    const NAME: &'static str = "router";
 }
 
 type Boxed<T> = Box<[T]>;
@@ -307,17 +308,6 @@ pub unsafe extern "C" fn libroute_router_free(router: *mut libroute_router) {
     unsafe { libroute_router::free(router) };
 }
 
-/// # Safety
-///
-/// `router` must be NULL or a live handle not used concurrently.
-unsafe fn router_mut<'a>(
-    router: *mut libroute_router,
-) -> Result<&'a mut RouterBox, libroute_status> {
-    // SAFETY: NULL or a live, unshared router handle by contract.
-    unsafe { libroute_router::as_mut(router) }
-        .ok_or_else(|| fail(libroute_status::NullArgument, "router is NULL"))
-}
-
 fn key(w: libroute_worker) -> WorkerKey {
     WorkerKey::new(w.worker_id, w.dp_rank)
 }
@@ -349,7 +339,7 @@ pub unsafe extern "C" fn libroute_router_add_worker(
 ) -> libroute_status {
     boundary(|| {
         // SAFETY: by contract.
-        let r = match unsafe { router_mut(router) } {
+        let r = match unsafe { libroute_router::get_mut(router) } {
             Ok(r) => r,
             Err(s) => return s,
         };
@@ -372,7 +362,7 @@ pub unsafe extern "C" fn libroute_router_remove_worker(
 ) -> libroute_status {
     boundary(|| {
         // SAFETY: by contract.
-        let r = match unsafe { router_mut(router) } {
+        let r = match unsafe { libroute_router::get_mut(router) } {
             Ok(r) => r,
             Err(s) => return s,
         };
@@ -401,7 +391,7 @@ pub unsafe extern "C" fn libroute_router_apply_kv_events(
 ) -> libroute_status {
     boundary(|| {
         // SAFETY: by contract.
-        let r = match unsafe { router_mut(router) } {
+        let r = match unsafe { libroute_router::get_mut(router) } {
             Ok(r) => r,
             Err(s) => return s,
         };
@@ -473,7 +463,7 @@ pub unsafe extern "C" fn libroute_router_apply_ledger_events(
 ) -> libroute_status {
     boundary(|| {
         // SAFETY: by contract.
-        let r = match unsafe { router_mut(router) } {
+        let r = match unsafe { libroute_router::get_mut(router) } {
             Ok(r) => r,
             Err(s) => return s,
         };
@@ -664,7 +654,7 @@ fn ledger_call(
 ) -> libroute_status {
     boundary(|| {
         // SAFETY: the exported caller's contract: a live handle not used concurrently.
-        let r = match unsafe { router_mut(router) } {
+        let r = match unsafe { libroute_router::get_mut(router) } {
             Ok(r) => r,
             Err(s) => return s,
         };
@@ -800,17 +790,19 @@ unsafe fn route_call(
             return fail(libroute_status::NullArgument, "out or request is NULL");
         }
         // SAFETY: by contract.
-        let r = match unsafe { router_mut(router) } {
+        let r = match unsafe { libroute_router::get_mut(router) } {
             Ok(r) => r,
             Err(s) => return s,
         };
         // SAFETY: NULL or live by contract.
-        let Some(policy) = (unsafe { libroute_policy::as_ref(policy) }) else {
-            return fail(libroute_status::NullArgument, "policy is NULL");
+        let policy = match unsafe { libroute_policy::get(policy) } {
+            Ok(policy) => policy,
+            Err(status) => return status,
         };
         // SAFETY: NULL or a live `SelectorBox` not used concurrently, by contract.
-        let Some(selector) = (unsafe { libroute_selector::as_mut(selector) }) else {
-            return fail(libroute_status::NullArgument, "selector is NULL");
+        let selector = match unsafe { libroute_selector::get_mut(selector) } {
+            Ok(selector) => selector,
+            Err(status) => return status,
         };
         // SAFETY: `hashes` holds `hashes_len` values by contract.
         let Some(hashes) = (unsafe { slice(hashes, hashes_len) }) else {
@@ -934,7 +926,7 @@ pub unsafe extern "C" fn libroute_router_get_counters(
             return fail(libroute_status::NullArgument, "out is NULL");
         }
         // SAFETY: by contract.
-        let r = match unsafe { router_mut(router) } {
+        let r = match unsafe { libroute_router::get_mut(router) } {
             Ok(r) => r,
             Err(s) => return s,
         };

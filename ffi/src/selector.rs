@@ -21,6 +21,7 @@ pub struct libroute_selector {
 
 impl Handle for libroute_selector {
     type Target = SelectorBox;
+    const NAME: &'static str = "selector";
 }
 
 /// The selector's capacity tiers: a selector is a core `Selector<N>` for the smallest tier that
@@ -136,8 +137,9 @@ pub unsafe extern "C" fn libroute_selector_reset_seeded(
 ) -> libroute_status {
     boundary(|| {
         // SAFETY: NULL or a live, unshared `SelectorBox` by contract.
-        let Some(selector) = (unsafe { libroute_selector::as_mut(selector) }) else {
-            return fail(libroute_status::NullArgument, "selector is NULL");
+        let selector = match unsafe { libroute_selector::get_mut(selector) } {
+            Ok(selector) => selector,
+            Err(status) => return status,
         };
         with_selector!(&mut selector.inner, s => s.reset_seeded());
         libroute_status::Ok
@@ -184,13 +186,9 @@ unsafe fn selection_args<'a>(
         return Err(fail(libroute_status::NullArgument, "request is NULL"));
     }
     // SAFETY: NULL or live by contract.
-    let Some(policy) = (unsafe { libroute_policy::as_ref(policy) }) else {
-        return Err(fail(libroute_status::NullArgument, "policy is NULL"));
-    };
+    let policy = unsafe { libroute_policy::get(policy) }?;
     // SAFETY: NULL or a live `SelectorBox` not used concurrently, by contract.
-    let Some(selector) = (unsafe { libroute_selector::as_mut(selector) }) else {
-        return Err(fail(libroute_status::NullArgument, "selector is NULL"));
-    };
+    let selector = unsafe { libroute_selector::get_mut(selector) }?;
     // SAFETY: non-NULL (checked) and valid by contract.
     let request = unsafe { &*request };
     // SAFETY: `rows` holds `rows_len` rows by contract; `libroute_row` has `Row`'s layout and every
@@ -463,8 +461,9 @@ pub unsafe extern "C" fn libroute_selector_last_costs(
     boundary(|| {
         non_null!(out_n, "out_n");
         // SAFETY: NULL or live by contract.
-        let Some(selector) = (unsafe { libroute_selector::as_ref(selector) }) else {
-            return fail(libroute_status::NullArgument, "selector is NULL");
+        let selector = match unsafe { libroute_selector::get(selector) } {
+            Ok(selector) => selector,
+            Err(status) => return status,
         };
         let n = with_selector!(&selector.inner, s => s.last_costs().len());
         if n > len {
