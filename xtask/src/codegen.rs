@@ -136,9 +136,6 @@ const UNIFFI_CONFIG: &str = "\
 package_name = \"dev.libroute\"
 cdylib_name = \"route_uniffi\"
 
-[crates.route_uniffi.bindings.python]
-cdylib_name = \"route_uniffi\"
-
 [crates.route_uniffi.bindings.swift]
 module_name = \"Libroute\"
 ffi_module_name = \"librouteFFI\"
@@ -151,7 +148,6 @@ const UNIFFI_FILES: &[(&str, &str)] = &[
         "dev/libroute/libroute.kt",
         "bindings/kotlin/src/main/kotlin/dev/libroute/libroute.kt",
     ),
-    ("libroute.py", "bindings/python/libroute/_libroute.py"),
     (
         "Libroute.swift",
         "bindings/swift/Sources/Libroute/Libroute.swift",
@@ -166,7 +162,7 @@ const UNIFFI_FILES: &[(&str, &str)] = &[
     ),
 ];
 
-/// Generates the Kotlin, Python and Swift bindings from the built library (uniffi's library
+/// Generates the Kotlin and Swift bindings (Python has its own PyO3 extension) from the built library (uniffi's library
 /// mode) and writes, or in check mode compares, every file of [`UNIFFI_FILES`].
 fn uniffi_bindings(check: bool) -> Result {
     use uniffi_bindgen::bindings::{GenerateOptions, TargetLanguage, generate};
@@ -180,11 +176,7 @@ fn uniffi_bindings(check: bool) -> Result {
         camino::Utf8PathBuf::from_path_buf(p).map_err(|p| format!("{} is not UTF-8", p.display()))
     };
     generate(GenerateOptions {
-        languages: vec![
-            TargetLanguage::Kotlin,
-            TargetLanguage::Python,
-            TargetLanguage::Swift,
-        ],
+        languages: vec![TargetLanguage::Kotlin, TargetLanguage::Swift],
         source: utf8(library)?,
         out_dir: utf8(scratch.clone())?,
         config_override: Some(utf8(config)?),

@@ -355,17 +355,58 @@ pub(crate) fn go_tests() -> Result {
     )
 }
 
-/// The Python package: a virtual environment under `target/`, `pip install ./bindings/python`
-/// (which builds the uniffi library with cargo), and its pytest suite run against the installed
-/// package, from outside the source tree.
+/// The Python package, tested as a user gets it: maturin (from a tools environment under
+/// `target/`) builds the abi3 wheel; a fresh virtual environment, whose `PATH` holds no Rust
+/// toolchain, installs that wheel with pytest and NumPy, and runs the suite from outside the source
+/// tree. Then `pip install ./bindings/python` (maturin as the build backend) is checked to build
+/// and import.
 pub(crate) fn python_tests() -> Result {
     let root = root();
-    let venv = root.join("target/python-venv");
-    let python = venv.join("bin/python");
-    if !python.exists() {
-        run(Command::new("python3").arg("-m").arg("venv").arg(&venv))
+    let target = root.join("target");
+    let tools = target.join("python-tools");
+    let pip_install = |python: &Path, args: &[&str]| {
+        run(Command::new(python)
+            .args([
+                "-m",
+                "pip",
+                "install",
+                "--quiet",
+                "--disable-pip-version-check",
+            ])
+            .args(args)
+            .current_dir(&target))
+    };
+    let tools_python = tools.join("bin/python");
+    if !tools_python.exists() {
+        run(Command::new("python3").arg("-m").arg("venv").arg(&tools))
             .map_err(|e| format!("cannot create a Python virtual environment: {e}"))?;
     }
+    pip_install(&tools_python, &[MATURIN])?;
+    let wheels = target.join("wheels");
+    let _ = std::fs::remove_dir_all(&wheels);
+    run(Command::new(tools.join("bin/maturin"))
+        .args(["build", "--release", "--quiet", "--out"])
+        .arg(&wheels)
+        .current_dir(root.join("bindings/python")))?;
+    let wheel = std::fs::read_dir(&wheels)
+        .map_err(|e| format!("{}: {e}", wheels.display()))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .find(|p| p.extension() == Some("whl".as_ref()))
+        .ok_or("maturin built no wheel")?;
+    // A fresh environment each run, and no cargo or rustc on its PATH: the wheel must install
+    // as a binary, never fall back to building from source.
+    let fresh = target.join("python-fresh");
+    let _ = std::fs::remove_dir_all(&fresh);
+    run(Command::new("python3").arg("-m").arg("venv").arg(&fresh))?;
+    let python = fresh.join("bin/python");
+    let bare_path = std::env::var("PATH")
+        .unwrap_or_default()
+        .split(':')
+        .filter(|dir| {
+            !Path::new(dir).join("cargo").exists() && !Path::new(dir).join("rustc").exists()
+        })
+        .collect::<Vec<_>>()
+        .join(":");
     run(Command::new(&python)
         .args([
             "-m",
@@ -373,15 +414,31 @@ pub(crate) fn python_tests() -> Result {
             "install",
             "--quiet",
             "--disable-pip-version-check",
+            "--only-binary=:all:",
         ])
-        .arg(root.join("bindings/python"))
-        .arg("pytest")
-        .current_dir(&root))?;
+        .arg(&wheel)
+        .args(["pytest", "numpy"])
+        .env("PATH", &bare_path)
+        .env_remove("CARGO")
+        .env_remove("RUSTUP_TOOLCHAIN")
+        .current_dir(&target))?;
     run(Command::new(&python)
         .args(["-m", "pytest", "-q", "-p", "no:cacheprovider"])
         .arg(root.join("bindings/python/tests"))
-        .current_dir(root.join("target")))
+        .env("PATH", &bare_path)
+        .current_dir(&target))?;
+    // The source install the README shows: pip runs maturin (its build backend) itself.
+    pip_install(
+        &tools_python,
+        &[&root.join("bindings/python").display().to_string()],
+    )?;
+    run(Command::new(&tools_python)
+        .args(["-c", "import libroute; assert libroute.version()"])
+        .current_dir(&target))
 }
+
+/// The maturin the Python package is built with (`pyproject.toml` accepts 1.9 to 1.x).
+const MATURIN: &str = "maturin==1.16.0";
 
 /// The Kotlin bindings: `mvn install` (the tests: corpus, bad input, router; then the JAR, with
 /// the uniffi library inside, into the local repository), then the separate consumer project's

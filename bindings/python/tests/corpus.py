@@ -122,17 +122,19 @@ def run(s):
         got = error_name(e)
     if got != want:
         problems.append(f"{name}: error: expected {want}, actual {got}")
-    # The packed path must decide, and fail, exactly as the records do.
-    packed = libroute.Selector(4096, 1)
-    try:
-        packed.select_packed(policy, request, libroute.pack_rows(rows))
-        got_packed = None
-    except libroute.RouteError as e:
-        got_packed = error_name(e)
-    if got_packed != got:
-        problems.append(f"{name}: packed error: expected {got}, actual {got_packed}")
-    elif got is None and packed.last_costs() != selector.last_costs():
-        problems.append(f"{name}: packed costs differ from the records' costs")
+    # Packed bytes and a NumPy array read in place must decide, and fail, exactly as the
+    # records do.
+    for how, packed_rows in (("packed", libroute.pack_rows(rows)), ("numpy", libroute.rows_array(rows))):
+        packed = libroute.Selector(4096, 1)
+        try:
+            packed.select(policy, request, packed_rows)
+            got_packed = None
+        except libroute.RouteError as e:
+            got_packed = error_name(e)
+        if got_packed != got:
+            problems.append(f"{name}: {how} error: expected {got}, actual {got_packed}")
+        elif got is None and packed.last_costs() != selector.last_costs():
+            problems.append(f"{name}: {how} costs differ from the records' costs")
     if got is not None:
         return problems
     cost = {c.row: c.cost for c in selector.last_costs()}

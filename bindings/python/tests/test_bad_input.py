@@ -61,11 +61,23 @@ def test_nan_fields():
         selector.select(policy, nan_weight, [row(1)])
 
 
-def test_out_of_range_integers_are_a_python_error_not_a_crash():
-    with pytest.raises(ValueError):
+def test_out_of_range_integers_are_a_python_error_naming_the_argument():
+    # Python's own error for an integer that does not fit its C type.
+    with pytest.raises(OverflowError, match="capacity"):
         libroute.Selector(-1, 0)
-    with pytest.raises(ValueError):
+    with pytest.raises(OverflowError, match="entropy"):
         libroute.Selector(8, 2**64)
+    with pytest.raises(OverflowError, match="dp_rank"):
+        libroute.Worker(worker_id=1, dp_rank=2**32)
+
+
+def test_wrong_types_name_the_argument():
+    with pytest.raises(TypeError, match=r"rows\[1\] is a int, not a libroute.Row"):
+        libroute.Selector(8, 0).select(libroute.Policy("{}"), request(), [row(1), 7])
+    with pytest.raises(TypeError, match="rows must be a list of libroute.Row"):
+        libroute.Selector(8, 0).select(libroute.Policy("{}"), request(), 42)
+    with pytest.raises(TypeError, match="request"):
+        libroute.Selector(8, 0).select(libroute.Policy("{}"), "request", [row(1)])
 
 
 def test_use_after_release():

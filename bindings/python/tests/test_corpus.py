@@ -6,9 +6,10 @@ from corpus import check_float_parsing, run, scenarios
 
 
 def test_the_installed_package_is_under_test():
-    # Not the source tree: the package pip built, with its native library inside.
+    # Not the source tree: the installed wheel, with its native extension inside.
     package = pathlib.Path(libroute.__file__).resolve().parent
-    assert any(package.glob("*route_uniffi*")), f"no native library in {package}"
+    assert any(package.glob("_native*.so")), f"no native extension in {package}"
+    assert pathlib.Path(libroute._native.__file__).parent == package
 
 
 def test_golden_corpus_bit_for_bit():

@@ -50,6 +50,20 @@ macro_rules! route_error {
                 }
             }
 
+            /// The variant's name (`"NoEndpoints"`), as the Python exception classes are named.
+            #[must_use]
+            pub fn name(&self) -> &'static str {
+                match self {
+                    $(Self::$variant { .. } => stringify!($variant),)*
+                    Self::Closed { .. } => "Closed",
+                }
+            }
+
+            /// Every variant's name and `libroute_status` code, in declaration order; `Closed`,
+            /// which has no code, is not among them.
+            pub const STATUSES: &'static [(&'static str, u32)] =
+                &[$((stringify!($variant), libroute_status::$variant as u32),)*];
+
             /// The `libroute_status` code of this error (as in `libroute.h`); `None` for
             /// [`RouteError::Closed`], which only this facade reports.
             #[must_use]

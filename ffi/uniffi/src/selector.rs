@@ -84,6 +84,48 @@ impl Selector {
         Ok(Selection::from_c(&out, contributions))
     }
 
+    /// [`Selector::select`] over rows already in the C layout, read where they are (no copy):
+    /// the path of hosts that keep their rows packed, such as the Python extension reading a
+    /// NumPy array in place.
+    ///
+    /// # Errors
+    ///
+    /// As [`Selector::select`].
+    pub fn select_c_rows(
+        &self,
+        policy: &Policy,
+        request: &Request,
+        rows: &[libroute_row],
+    ) -> Result<Selection, RouteError> {
+        let mut contributions = vec![0.0; route::LIBROUTE_MAX_SCORERS];
+        let converted = CRequest::new(request);
+        let c_request = converted.c();
+        let out = policy.with(|policy_raw| {
+            self.with(|state| {
+                let mut out = std::mem::MaybeUninit::<libroute_selection>::uninit();
+                // SAFETY: the policy is live under its read lock, the selector exclusive under
+                // its mutex; the request's arrays live in `converted`; `rows` and the
+                // contributions are valid for their lengths.
+                check(unsafe {
+                    route::libroute_select(
+                        policy_raw,
+                        state.raw.as_ptr(),
+                        &raw const c_request,
+                        rows.as_ptr(),
+                        rows.len(),
+                        out.as_mut_ptr(),
+                        contributions.as_mut_ptr(),
+                        contributions.len(),
+                    )
+                })?;
+                // SAFETY: written by the successful call above.
+                Ok(unsafe { out.assume_init() })
+            })
+        })?;
+        contributions.truncate(out.scorers);
+        Ok(Selection::from_c(&out, contributions))
+    }
+
     /// The locking, request conversion and row buffer every selecting call shares: converts
     /// `request`, fills the rows with `fill`, holds the policy's read lock and the selector's
     /// mutex, and makes the C call `call`; returns the selection it wrote on success.

@@ -1,0 +1,452 @@
+//! `Router`: the index, the ledger and the predictions behind one object; its configuration,
+//! KV and replica events, counters and the one-call route.
+
+use std::sync::Arc;
+
+use pyo3::prelude::*;
+use route_uniffi as u;
+
+use crate::errors::to_py;
+use crate::policy::Policy;
+use crate::records::{Request, Row, Selection, Worker};
+use crate::rows::with_rows;
+use crate::selector::Selector;
+
+/// Sizes and weights of a `Router`; every slot count is a power of two of at least 8.
+#[pyclass(module = "libroute", frozen, eq, get_all, from_py_object)]
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct RouterConfig {
+    /// Slots of the block table (it holds half as many blocks).
+    block_slots: u64,
+    /// Slots of the ledger's request table (it books half as many requests).
+    request_slots: u64,
+    /// Most workers: 64, 256 or 1024.
+    max_workers: u64,
+    /// Tombstones kept for replica events that arrive before their booking.
+    tombstones: u64,
+    /// Approximate mode: slots of the prediction map (0: off).
+    prediction_slots: u64,
+    /// Approximate mode: how long a prediction lives, in the unit of `now`.
+    prediction_ttl: u64,
+    /// Credit weight of a host-memory block.
+    host_weight: f64,
+    /// Credit weight of a disk block.
+    disk_weight: f64,
+}
+
+#[pymethods]
+impl RouterConfig {
+    #[new]
+    #[pyo3(signature = (
+        block_slots,
+        request_slots,
+        max_workers = 64,
+        tombstones = 0,
+        prediction_slots = 0,
+        prediction_ttl = 0,
+        host_weight = 0.0,
+        disk_weight = 0.0,
+    ))]
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "the configuration's fields, as keywords"
+    )]
+    fn new(
+        block_slots: u64,
+        request_slots: u64,
+        max_workers: u64,
+        tombstones: u64,
+        prediction_slots: u64,
+        prediction_ttl: u64,
+        host_weight: f64,
+        disk_weight: f64,
+    ) -> Self {
+        RouterConfig {
+            block_slots,
+            request_slots,
+            max_workers,
+            tombstones,
+            prediction_slots,
+            prediction_ttl,
+            host_weight,
+            disk_weight,
+        }
+    }
+
+    fn __repr__(&self) -> String {
+        format!("{self:?}")
+            .replace(" {", "(")
+            .replace(" }", ")")
+            .replace(": ", "=")
+    }
+}
+
+/// A cache tier.
+#[pyclass(module = "libroute", frozen, eq, eq_int, hash, from_py_object)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum Tier {
+    /// GPU memory.
+    #[pyo3(name = "DEVICE")]
+    Device,
+    /// Host memory.
+    #[pyo3(name = "HOST")]
+    Host,
+    /// Disk.
+    #[pyo3(name = "DISK")]
+    Disk,
+}
+
+impl From<Tier> for u::Tier {
+    fn from(t: Tier) -> Self {
+        match t {
+            Tier::Device => u::Tier::Device,
+            Tier::Host => u::Tier::Host,
+            Tier::Disk => u::Tier::Disk,
+        }
+    }
+}
+
+/// A KV-cache event from a worker.
+#[pyclass(module = "libroute", frozen, eq, from_py_object)]
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum KvEvent {
+    /// The worker stored these chained block hashes in `tier`.
+    #[pyo3(name = "STORED")]
+    Stored {
+        worker: Worker,
+        tier: Tier,
+        hashes: Vec<u64>,
+    },
+    /// The worker removed these block hashes from `tier`.
+    #[pyo3(name = "REMOVED")]
+    Removed {
+        worker: Worker,
+        tier: Tier,
+        hashes: Vec<u64>,
+    },
+    /// The worker dropped everything it cached.
+    #[pyo3(name = "CLEARED")]
+    Cleared { worker: Worker },
+    /// The worker left.
+    #[pyo3(name = "WORKER_REMOVED")]
+    WorkerRemoved { worker: Worker },
+}
+
+impl From<KvEvent> for u::KvEvent {
+    fn from(e: KvEvent) -> Self {
+        match e {
+            KvEvent::Stored {
+                worker,
+                tier,
+                hashes,
+            } => u::KvEvent::Stored {
+                worker: worker.into(),
+                tier: tier.into(),
+                hashes,
+            },
+            KvEvent::Removed {
+                worker,
+                tier,
+                hashes,
+            } => u::KvEvent::Removed {
+                worker: worker.into(),
+                tier: tier.into(),
+                hashes,
+            },
+            KvEvent::Cleared { worker } => u::KvEvent::Cleared {
+                worker: worker.into(),
+            },
+            KvEvent::WorkerRemoved { worker } => u::KvEvent::WorkerRemoved {
+                worker: worker.into(),
+            },
+        }
+    }
+}
+
+/// A booking event relayed from another router replica.
+#[pyclass(module = "libroute", frozen, eq, from_py_object)]
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) enum LedgerEvent {
+    /// Another replica booked request `id` on `worker`.
+    #[pyo3(name = "BOOKED")]
+    Booked {
+        id: u64,
+        worker: Worker,
+        prefill_tokens: u64,
+        blocks: u64,
+    },
+    /// Request `id` completed its prefill.
+    #[pyo3(name = "PREFILL_COMPLETE")]
+    PrefillComplete { id: u64 },
+    /// Request `id` finished or was cancelled.
+    #[pyo3(name = "FREED")]
+    Freed { id: u64 },
+}
+
+impl From<LedgerEvent> for u::LedgerEvent {
+    fn from(e: LedgerEvent) -> Self {
+        match e {
+            LedgerEvent::Booked {
+                id,
+                worker,
+                prefill_tokens,
+                blocks,
+            } => u::LedgerEvent::Booked {
+                id,
+                worker: worker.into(),
+                prefill_tokens,
+                blocks,
+            },
+            LedgerEvent::PrefillComplete { id } => u::LedgerEvent::PrefillComplete { id },
+            LedgerEvent::Freed { id } => u::LedgerEvent::Freed { id },
+        }
+    }
+}
+
+/// What a router has done, for hosts to export.
+#[pyclass(module = "libroute", frozen, eq, get_all, from_py_object)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct RouterCounters {
+    blocks: u64,
+    index_workers: u64,
+    evictions: u64,
+    rejected_kv_events: u64,
+    ignored_kv_events: u64,
+    active_requests: u64,
+    ledger_workers: u64,
+    duplicate_ledger_events: u64,
+    late_ledger_events: u64,
+    unknown_worker_ledger_events: u64,
+    predictions: u64,
+    forced_prediction_expiries: u64,
+}
+
+#[pymethods]
+impl RouterCounters {
+    fn __repr__(&self) -> String {
+        format!("{self:?}")
+            .replace(" {", "(")
+            .replace(" }", ")")
+            .replace(": ", "=")
+    }
+}
+
+/// The outcome of `Router.route`: the selection and the rows as the router filled them.
+#[pyclass(module = "libroute", frozen, get_all, from_py_object)]
+#[derive(Debug, Clone)]
+pub(crate) struct Routed {
+    /// The selection (the request is now booked on its worker).
+    selection: Selection,
+    /// The candidates with the cache and load the router found for them.
+    rows: Vec<Row>,
+}
+
+/// The host's routing state: the prefix-overlap index fed by KV events, the load ledger, and
+/// (in approximate mode) the router's own predictions. Thread-safe (calls are serialized).
+#[pyclass(module = "libroute", frozen)]
+pub(crate) struct Router {
+    inner: Arc<u::Router>,
+}
+
+/// When a route is made: prediction units or milliseconds.
+enum Now {
+    Units(u64),
+    Ms(f64),
+}
+
+impl Router {
+    #[allow(clippy::too_many_arguments, reason = "the route's inputs, forwarded")]
+    fn route_call(
+        &self,
+        policy: &Policy,
+        selector: &Selector,
+        request: &Request,
+        hashes: Vec<u64>,
+        candidates: &Bound<'_, PyAny>,
+        id: u64,
+        now: Now,
+    ) -> PyResult<Routed> {
+        let records: Vec<u::Row> =
+            with_rows(candidates, |rows| rows.iter().map(u::Row::from).collect())?;
+        let (policy, selector, request) = (
+            policy.inner.clone(),
+            selector.inner.clone(),
+            request.inner.clone(),
+        );
+        let routed = match now {
+            Now::Units(now) => self
+                .inner
+                .route(policy, selector, request, hashes, records, id, now),
+            Now::Ms(now_ms) => self
+                .inner
+                .route_at(policy, selector, request, hashes, records, id, now_ms),
+        }
+        .map_err(to_py)?;
+        Ok(Routed {
+            selection: routed.selection.into(),
+            rows: routed.rows.iter().map(Row::from).collect(),
+        })
+    }
+}
+
+#[pymethods]
+impl Router {
+    #[new]
+    fn new(config: RouterConfig) -> PyResult<Self> {
+        let c = u::RouterConfig {
+            block_slots: config.block_slots,
+            max_workers: config.max_workers,
+            request_slots: config.request_slots,
+            tombstones: config.tombstones,
+            prediction_slots: config.prediction_slots,
+            prediction_ttl: config.prediction_ttl,
+            host_weight: config.host_weight,
+            disk_weight: config.disk_weight,
+        };
+        Ok(Router {
+            inner: u::Router::new(c).map_err(to_py)?,
+        })
+    }
+
+    /// Registers a worker with the ledger.
+    fn add_worker(&self, worker: Worker) -> PyResult<()> {
+        self.inner.add_worker(worker.into()).map_err(to_py)
+    }
+
+    /// Forgets a worker: its blocks leave the index and its load the ledger.
+    fn remove_worker(&self, worker: Worker) -> PyResult<()> {
+        self.inner.remove_worker(worker.into()).map_err(to_py)
+    }
+
+    /// Applies KV events in order (all or none when one is invalid).
+    fn apply_kv_events(&self, events: Vec<KvEvent>) -> PyResult<()> {
+        self.inner
+            .apply_kv_events(events.into_iter().map(Into::into).collect())
+            .map_err(to_py)
+    }
+
+    /// Applies booking events from other replicas; repeats and late arrivals are counted, not
+    /// applied twice.
+    fn apply_ledger_events(&self, events: Vec<LedgerEvent>) -> PyResult<()> {
+        self.inner
+            .apply_ledger_events(events.into_iter().map(Into::into).collect())
+            .map_err(to_py)
+    }
+
+    /// Books request `id` on `worker` (routed elsewhere, or replayed).
+    fn book(&self, id: u64, worker: Worker, prefill_tokens: u64, blocks: u64) -> PyResult<()> {
+        self.inner
+            .book(id, worker.into(), prefill_tokens, blocks)
+            .map_err(to_py)
+    }
+
+    /// Books with the time in ms, so the router learns each worker's first-token speed.
+    fn book_at(
+        &self,
+        id: u64,
+        worker: Worker,
+        prefill_tokens: u64,
+        blocks: u64,
+        now_ms: f64,
+    ) -> PyResult<()> {
+        self.inner
+            .book_at(id, worker.into(), prefill_tokens, blocks, now_ms)
+            .map_err(to_py)
+    }
+
+    /// Request `id` finished its prefill.
+    fn prefill_complete(&self, id: u64) -> PyResult<()> {
+        self.inner.prefill_complete(id).map_err(to_py)
+    }
+
+    /// Request `id` finished its prefill at `now_ms`.
+    fn prefill_complete_at(&self, id: u64, now_ms: f64) -> PyResult<()> {
+        self.inner.prefill_complete_at(id, now_ms).map_err(to_py)
+    }
+
+    /// Request `id` finished or was cancelled: its load leaves the ledger.
+    fn free_request(&self, id: u64) -> PyResult<()> {
+        self.inner.free_request(id).map_err(to_py)
+    }
+
+    /// Looks up `hashes` in the index, projects the ledger's load onto `candidates` (a list of
+    /// `Row` or packed rows), selects, and books request `id` on the chosen worker.
+    #[allow(clippy::too_many_arguments, reason = "the route's inputs")]
+    fn route(
+        &self,
+        policy: PyRef<'_, Policy>,
+        selector: PyRef<'_, Selector>,
+        request: PyRef<'_, Request>,
+        hashes: Vec<u64>,
+        candidates: &Bound<'_, PyAny>,
+        id: u64,
+        now: u64,
+    ) -> PyResult<Routed> {
+        self.route_call(
+            &policy,
+            &selector,
+            &request,
+            hashes,
+            candidates,
+            id,
+            Now::Units(now),
+        )
+    }
+
+    /// `route` with the time in ms (timed bookings; the `ttft` policy's speeds).
+    #[allow(clippy::too_many_arguments, reason = "the route's inputs")]
+    fn route_at(
+        &self,
+        policy: PyRef<'_, Policy>,
+        selector: PyRef<'_, Selector>,
+        request: PyRef<'_, Request>,
+        hashes: Vec<u64>,
+        candidates: &Bound<'_, PyAny>,
+        id: u64,
+        now_ms: f64,
+    ) -> PyResult<Routed> {
+        self.route_call(
+            &policy,
+            &selector,
+            &request,
+            hashes,
+            candidates,
+            id,
+            Now::Ms(now_ms),
+        )
+    }
+
+    /// The router's counters.
+    fn counters(&self) -> PyResult<RouterCounters> {
+        let c = self.inner.counters().map_err(to_py)?;
+        Ok(RouterCounters {
+            blocks: c.blocks,
+            index_workers: c.index_workers,
+            evictions: c.evictions,
+            rejected_kv_events: c.rejected_kv_events,
+            ignored_kv_events: c.ignored_kv_events,
+            active_requests: c.active_requests,
+            ledger_workers: c.ledger_workers,
+            duplicate_ledger_events: c.duplicate_ledger_events,
+            late_ledger_events: c.late_ledger_events,
+            unknown_worker_ledger_events: c.unknown_worker_ledger_events,
+            predictions: c.predictions,
+            forced_prediction_expiries: c.forced_prediction_expiries,
+        })
+    }
+
+    /// Frees the native router now; later calls raise `RouteError.Closed`. Idempotent.
+    fn release(&self) {
+        self.inner.release();
+    }
+
+    fn __enter__(slf: Py<Self>) -> Py<Self> {
+        slf
+    }
+
+    #[pyo3(signature = (*_exc))]
+    fn __exit__(&self, _exc: &Bound<'_, pyo3::types::PyTuple>) -> bool {
+        self.release();
+        false
+    }
+}

@@ -1,0 +1,148 @@
+//! Rows from Python: a list (or tuple) of `Row` objects, or any object exporting a C-contiguous
+//! buffer in the C row layout (`libroute.ROW_DTYPE`: a NumPy structured array, `bytes`,
+//! `bytearray`, `memoryview`), which is read where it lies.
+
+use std::mem::{align_of, size_of};
+use std::ptr::NonNull;
+
+use pyo3::exceptions::{PyBufferError, PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyList, PyTuple};
+use pyo3::{ffi, intern};
+use route::libroute_row;
+
+use crate::records::Row;
+
+/// Bytes per row: the C `libroute_row` (`libroute.ROW_BYTES`).
+pub(crate) const ROW_BYTES: usize = size_of::<libroute_row>();
+
+/// `libroute._rows.ROW_DTYPE`, looked up the first time an object with a `dtype` arrives.
+static ROW_DTYPE: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+
+/// Runs `f` over the rows of `rows`: a list or tuple of `Row`, or a buffer of packed rows.
+pub(crate) fn with_rows<R>(
+    rows: &Bound<'_, PyAny>,
+    f: impl FnOnce(&[libroute_row]) -> R,
+) -> PyResult<R> {
+    if let Ok(list) = rows.cast::<PyList>() {
+        let mut raw = Vec::with_capacity(list.len());
+        for (i, item) in list.iter().enumerate() {
+            raw.push(row_at(&item, i)?);
+        }
+        return Ok(f(&raw));
+    }
+    if let Ok(tuple) = rows.cast::<PyTuple>() {
+        let mut raw = Vec::with_capacity(tuple.len());
+        for (i, item) in tuple.iter().enumerate() {
+            raw.push(row_at(&item, i)?);
+        }
+        return Ok(f(&raw));
+    }
+    let buffer = Exported::new(rows)?;
+    let bytes = buffer.bytes();
+    if bytes.len() % ROW_BYTES != 0 {
+        return Err(PyValueError::new_err(format!(
+            "{} bytes of packed rows is not a multiple of the row size {ROW_BYTES}",
+            bytes.len()
+        )));
+    }
+    let n = bytes.len() / ROW_BYTES;
+    if bytes.as_ptr().align_offset(align_of::<libroute_row>()) == 0 {
+        // SAFETY: the buffer holds `n` rows' bytes, aligned for `libroute_row` (checked above),
+        // and stays exported (unmovable, alive) until `buffer` drops after `f`; every bit pattern
+        // is a valid `libroute_row` (integers and floats only).
+        #[allow(clippy::cast_ptr_alignment, reason = "the alignment is checked above")]
+        let rows = unsafe { std::slice::from_raw_parts(bytes.as_ptr().cast::<libroute_row>(), n) };
+        Ok(f(rows))
+    } else {
+        // A misaligned view (a memoryview slice): read each row unaligned into an aligned copy.
+        let copy: Vec<libroute_row> = (0..n)
+            // SAFETY: row `i` lies within the buffer's `n * ROW_BYTES` bytes; read unaligned.
+            .map(|i| unsafe {
+                bytes
+                    .as_ptr()
+                    .add(i * ROW_BYTES)
+                    .cast::<libroute_row>()
+                    .read_unaligned()
+            })
+            .collect();
+        Ok(f(&copy))
+    }
+}
+
+/// The row of list item `i`.
+fn row_at(item: &Bound<'_, PyAny>, i: usize) -> PyResult<libroute_row> {
+    match item.cast::<Row>() {
+        Ok(row) => Ok(row.get().raw),
+        Err(_) => Err(PyTypeError::new_err(format!(
+            "rows[{i}] is a {}, not a libroute.Row",
+            item.get_type().name()?
+        ))),
+    }
+}
+
+/// A buffer exported by a Python object, released when dropped.
+struct Exported {
+    /// Boxed: the exporter may keep pointers into the view until it is released.
+    view: Box<ffi::Py_buffer>,
+}
+
+impl Exported {
+    /// Exports `obj`'s bytes, C-contiguous. A NumPy array must have `libroute.ROW_DTYPE`.
+    fn new(obj: &Bound<'_, PyAny>) -> PyResult<Self> {
+        let py = obj.py();
+        if let Ok(dtype) = obj.getattr(intern!(py, "dtype")) {
+            let expected = ROW_DTYPE.get_or_try_init(py, || {
+                py.import("libroute._rows")?
+                    .getattr("ROW_DTYPE")
+                    .map(Bound::unbind)
+            })?;
+            if !dtype.eq(expected.bind(py))? {
+                return Err(PyTypeError::new_err(format!(
+                    "rows has dtype {}, not libroute.ROW_DTYPE",
+                    dtype.repr()?
+                )));
+            }
+        }
+        // SAFETY: an all-zero `Py_buffer` is the empty view `PyObject_GetBuffer` fills.
+        let mut view: Box<ffi::Py_buffer> = Box::new(unsafe { std::mem::zeroed() });
+        // SAFETY: `obj` is a live object (we hold the GIL through `py`), `view` is writable.
+        // PyBUF_SIMPLE asks for one contiguous run of bytes, as the rows need.
+        let status =
+            unsafe { ffi::PyObject_GetBuffer(obj.as_ptr(), &raw mut *view, ffi::PyBUF_SIMPLE) };
+        if status != 0 {
+            let cause = PyErr::fetch(py);
+            let err = PyTypeError::new_err(format!(
+                "rows must be a list of libroute.Row or a C-contiguous buffer of packed rows \
+                 (libroute.ROW_DTYPE), not a {}",
+                obj.get_type().name()?
+            ));
+            err.set_cause(py, Some(cause));
+            return Err(err);
+        }
+        let exported = Exported { view };
+        if exported.view.len < 0 || (exported.view.buf.is_null() && exported.view.len > 0) {
+            return Err(PyBufferError::new_err("the rows' buffer reports no memory"));
+        }
+        Ok(exported)
+    }
+
+    /// The exported bytes.
+    fn bytes(&self) -> &[u8] {
+        let len = usize::try_from(self.view.len).unwrap_or(0);
+        match NonNull::new(self.view.buf.cast::<u8>()) {
+            // SAFETY: the exporter guarantees `len` readable bytes at `buf` while exported.
+            Some(buf) => unsafe { std::slice::from_raw_parts(buf.as_ptr(), len) },
+            None => &[],
+        }
+    }
+}
+
+impl Drop for Exported {
+    fn drop(&mut self) {
+        // SAFETY: the view was filled by a successful `PyObject_GetBuffer` and is released once;
+        // objects are only dropped while the GIL is held (every `Exported` lives inside a call).
+        unsafe { ffi::PyBuffer_Release(&raw mut *self.view) };
+    }
+}
