@@ -417,7 +417,7 @@ pub(crate) fn python_tests() -> Result {
             "--only-binary=:all:",
         ])
         .arg(&wheel)
-        .args(["pytest", "numpy"])
+        .args(["pytest", "numpy", MYPY])
         .env("PATH", &bare_path)
         .env_remove("CARGO")
         .env_remove("RUSTUP_TOOLCHAIN")
@@ -426,6 +426,15 @@ pub(crate) fn python_tests() -> Result {
         .args(["-m", "pytest", "-q", "-p", "no:cacheprovider"])
         .arg(root.join("bindings/python/tests"))
         .env("PATH", &bare_path)
+        .current_dir(&target))?;
+    // The type stubs: equal to the extension's real classes and signatures (stubtest), and
+    // enough for `mypy --strict` on the README's example.
+    run(Command::new(&python)
+        .args(["-m", "mypy.stubtest", "libroute._native"])
+        .current_dir(&target))?;
+    run(Command::new(&python)
+        .args(["-m", "mypy", "--strict", "--no-incremental"])
+        .arg(root.join("bindings/python/examples/quickstart.py"))
         .current_dir(&target))?;
     // The source install the README shows: pip runs maturin (its build backend) itself.
     pip_install(
@@ -436,6 +445,9 @@ pub(crate) fn python_tests() -> Result {
         .args(["-c", "import libroute; assert libroute.version()"])
         .current_dir(&target))
 }
+
+/// The mypy that checks the stubs (stubtest ships with it).
+const MYPY: &str = "mypy==2.4.1";
 
 /// The maturin the Python package is built with (`pyproject.toml` accepts 1.9 to 1.x).
 const MATURIN: &str = "maturin==1.16.0";

@@ -20,5 +20,5 @@ try:
 except libroute.RouteError as e:  # RouteError.NoEndpoints, .InvalidRow, ... with e.detail
     raise SystemExit(f"no route: {e}")
 print(f"worker {chosen.worker.worker_id}, cost {chosen.cost}, breakdown {chosen.contributions}")
-# Hot path: pack once per request and select_packed, the same decision without the per-field cost.
-assert selector.select_packed(policy, request, libroute.pack_rows(rows)) == chosen
+# Hot path: keep rows packed (bytes, or a NumPy array of libroute.ROW_DTYPE): read in place.
+assert selector.select(policy, request, libroute.pack_rows(rows)) == chosen

@@ -8,7 +8,7 @@ use std::ptr::NonNull;
 use pyo3::exceptions::{PyBufferError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-use pyo3::types::{PyList, PyTuple};
+use pyo3::types::{PyByteArray, PyBytes, PyList, PyMemoryView, PyTuple};
 use pyo3::{ffi, intern};
 use route::libroute_row;
 
@@ -82,6 +82,26 @@ fn row_at(item: &Bound<'_, PyAny>, i: usize) -> PyResult<libroute_row> {
     }
 }
 
+/// Checks that a NumPy array's `dtype` is `libroute.ROW_DTYPE`: a byte count alone cannot tell
+/// rows from 13 floats.
+fn check_dtype(dtype: &Bound<'_, PyAny>) -> PyResult<()> {
+    let py = dtype.py();
+    let expected = ROW_DTYPE.get_or_try_init(py, || {
+        py.import("libroute._rows")?
+            .getattr("ROW_DTYPE")
+            .map(Bound::unbind)
+    })?;
+    // An array made with `ROW_DTYPE` holds that very object: skip NumPy's field-by-field compare.
+    if dtype.is(expected.bind(py)) || dtype.eq(expected.bind(py))? {
+        Ok(())
+    } else {
+        Err(PyTypeError::new_err(format!(
+            "rows has dtype {}, not libroute.ROW_DTYPE",
+            dtype.repr()?
+        )))
+    }
+}
+
 /// A buffer exported by a Python object, released when dropped.
 struct Exported {
     /// Boxed: the exporter may keep pointers into the view until it is released.
@@ -92,17 +112,13 @@ impl Exported {
     /// Exports `obj`'s bytes, C-contiguous. A NumPy array must have `libroute.ROW_DTYPE`.
     fn new(obj: &Bound<'_, PyAny>) -> PyResult<Self> {
         let py = obj.py();
-        if let Ok(dtype) = obj.getattr(intern!(py, "dtype")) {
-            let expected = ROW_DTYPE.get_or_try_init(py, || {
-                py.import("libroute._rows")?
-                    .getattr("ROW_DTYPE")
-                    .map(Bound::unbind)
-            })?;
-            if !dtype.eq(expected.bind(py))? {
-                return Err(PyTypeError::new_err(format!(
-                    "rows has dtype {}, not libroute.ROW_DTYPE",
-                    dtype.repr()?
-                )));
+        // Plain byte containers carry no row type; anything else may (a NumPy array does).
+        let untyped = obj.is_instance_of::<PyBytes>()
+            || obj.is_instance_of::<PyByteArray>()
+            || obj.is_instance_of::<PyMemoryView>();
+        if !untyped {
+            if let Ok(dtype) = obj.getattr(intern!(py, "dtype")) {
+                check_dtype(&dtype)?;
             }
         }
         // SAFETY: an all-zero `Py_buffer` is the empty view `PyObject_GetBuffer` fills.
