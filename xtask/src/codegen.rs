@@ -191,7 +191,7 @@ fn uniffi_bindings(check: bool) -> Result {
         let mut text = std::fs::read_to_string(&path)
             .map_err(|e| format!("uniffi-bindgen did not write {generated}: {e}"))?;
         if Path::new(generated).extension() == Some("kt".as_ref()) {
-            text = guard_kotlin_clone(&text)?;
+            text = load_kotlin_library_once(&guard_kotlin_clone(&text)?)?;
         }
         ensure_file_contents(&root().join(committed), &text, check)?;
     }
@@ -243,6 +243,22 @@ fn guard_kotlin_clone(text: &str) -> Result<String> {
         out = out.replace(&unguarded, &guarded);
     }
     Ok(out)
+}
+
+/// Routes uniffi's Kotlin library lookup through `NativeLoader` (`bindings/kotlin`), which loads
+/// the library with `System.load` (registering the JNI fast path's natives) and hands JNA that
+/// same file, so one copy serves both.
+fn load_kotlin_library_once(text: &str) -> Result<String> {
+    let default = "    return \"route_uniffi\"\n}\n";
+    let routed = "    // Patched by `cargo xtask codegen`: one copy of the library for JNA and JNI.\n    \
+                  return NativeLoader.library(\"route_uniffi\")\n}\n";
+    if text.matches(default).count() != 1 {
+        return Err(
+            "uniffi's Kotlin findLibraryName changed shape: revisit load_kotlin_library_once"
+                .into(),
+        );
+    }
+    Ok(text.replace(default, routed))
 }
 
 /// Generates (or checks) every artefact.

@@ -454,8 +454,8 @@ const MATURIN: &str = "maturin==1.16.0";
 
 /// The Kotlin bindings: `mvn install` (the tests: corpus, bad input, router; then the JAR, with
 /// the uniffi library inside, into the local repository), then the separate consumer project's
-/// `mvn test`, with no library path set, so its select can only load the library from the JAR.
-/// With `bench`, only the select benchmark.
+/// `mvn test`, with no library path set, so its select can only load the library from the JAR;
+/// then the JMH benchmarks are built (`bindings/kotlin/jmh`) and, with `bench`, run.
 pub(crate) fn kotlin_tests(bench: bool) -> Result {
     crate::codegen::uniffi_library()?;
     let dir = root().join("bindings/kotlin");
@@ -466,13 +466,19 @@ pub(crate) fn kotlin_tests(bench: bool) -> Result {
             .env_remove("LD_LIBRARY_PATH");
         cmd
     };
-    if bench {
-        let mut cmd = mvn(&dir, "test");
-        cmd.args(["-Dlibroute.bench=true", "-Dtest=BenchSelect64"]);
-        return run(&mut cmd);
-    }
     run(&mut mvn(&dir, "install"))?;
-    run(&mut mvn(&dir.join("consumer"), "test"))
+    run(&mut mvn(&dir.join("consumer"), "test"))?;
+    // The JMH benchmarks: built always (so they cannot rot), run with `bench`.
+    let jmh = dir.join("jmh");
+    run(&mut mvn(&jmh, "package"))?;
+    if bench {
+        run(Command::new("java")
+            .arg("-jar")
+            .arg(jmh.join("target/benchmarks.jar"))
+            .args(["-f", "1", "-wi", "5", "-w", "1", "-i", "10", "-r", "1"])
+            .current_dir(&jmh))?;
+    }
+    Ok(())
 }
 
 /// The Swift package: `swift test` where a Swift toolchain exists; says so plainly otherwise.

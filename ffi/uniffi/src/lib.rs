@@ -9,6 +9,9 @@
 //! [`Router`] (`router`), [`PolicySet`] (`policy_set`); the records they pass by value and their
 //! conversions to the C structs in `vocab`, and [`RouteError`] in `error`.
 //!
+//! The JVM's fast path, `dev.libroute.DirectSelector`, reaches [`Selector::select_raw`] through
+//! JNI in `jni`, bypassing uniffi's calls for the hot select.
+//!
 //! Objects are thread-safe: a [`Policy`] is immutable and shared freely; a [`Selector`] and a
 //! [`Router`] serialize their calls with a mutex (give each thread its own selector to avoid
 //! waiting). Records are plain values: rows are copied into a reused buffer per call.
@@ -24,6 +27,7 @@
 )]
 
 mod error;
+mod jni;
 mod policy;
 mod policy_set;
 mod router;

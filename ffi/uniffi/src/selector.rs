@@ -99,18 +99,37 @@ impl Selector {
     ) -> Result<Selection, RouteError> {
         let mut contributions = vec![0.0; route::LIBROUTE_MAX_SCORERS];
         let converted = CRequest::new(request);
-        let c_request = converted.c();
-        let out = policy.with(|policy_raw| {
+        let out = self.select_raw(policy, &converted.c(), rows, &mut contributions)?;
+        contributions.truncate(out.scorers);
+        Ok(Selection::from_c(&out, contributions))
+    }
+
+    /// One `libroute_select` over C values: the policy under its read lock, this selector
+    /// under its mutex, each scorer's contribution to the chosen row written to
+    /// `contributions` (`LIBROUTE_MAX_SCORERS` values hold every policy's). The JVM fast path
+    /// (`crate::jni`) calls this with the request and rows in the host's buffers.
+    ///
+    /// # Errors
+    ///
+    /// As [`Selector::select`].
+    pub fn select_raw(
+        &self,
+        policy: &Policy,
+        request: &libroute_request,
+        rows: &[libroute_row],
+        contributions: &mut [f64],
+    ) -> Result<libroute_selection, RouteError> {
+        policy.with(|policy_raw| {
             self.with(|state| {
                 let mut out = std::mem::MaybeUninit::<libroute_selection>::uninit();
                 // SAFETY: the policy is live under its read lock, the selector exclusive under
-                // its mutex; the request's arrays live in `converted`; `rows` and the
+                // its mutex; the request's arrays are valid by its contract; `rows` and the
                 // contributions are valid for their lengths.
                 check(unsafe {
                     route::libroute_select(
                         policy_raw,
                         state.raw.as_ptr(),
-                        &raw const c_request,
+                        request,
                         rows.as_ptr(),
                         rows.len(),
                         out.as_mut_ptr(),
@@ -121,9 +140,7 @@ impl Selector {
                 // SAFETY: written by the successful call above.
                 Ok(unsafe { out.assume_init() })
             })
-        })?;
-        contributions.truncate(out.scorers);
-        Ok(Selection::from_c(&out, contributions))
+        })
     }
 
     /// The locking, request conversion and row buffer every selecting call shares: converts

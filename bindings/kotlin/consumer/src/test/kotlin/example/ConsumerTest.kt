@@ -1,5 +1,6 @@
 package example
 
+import dev.libroute.DirectSelector
 import dev.libroute.Policy
 import dev.libroute.Request
 import dev.libroute.Role
@@ -27,6 +28,20 @@ class ConsumerTest {
                 )
                 val request = Request(promptTokens = 64uL, blockSize = 16u, role = Role.AGGREGATED)
                 assertEquals(Worker(2uL), selector.select(policy, request, rows).worker)
+                // The JNI fast path registers the same library, extracted from the JAR.
+                DirectSelector(policy, selector).use { direct ->
+                    assertEquals(Worker(2uL), direct.select(request, DirectSelector.directRows(rows)).worker)
+                }
+                // One copy of the library serves JNA and JNI (Linux: the process's mappings). A
+                // copy JNA extracted itself would be a second `jna*.tmp` file beside its own
+                // dispatch library.
+                val mapped = java.io.File("/proc/self/maps").readLines()
+                    .map { it.substringAfter('/', "").removeSuffix(" (deleted)") }
+                    .toSet()
+                val copies = mapped.filter { it.contains("libroute_uniffi") }
+                val jnaTemp = mapped.filter { Regex("/jna[0-9]+\\.tmp$").containsMatchIn("/$it") }
+                assertEquals(1, copies.size, "libroute_uniffi is mapped from $copies")
+                assertTrue(jnaTemp.size <= 1, "JNA extracted more than its dispatch library: $jnaTemp")
             }
         }
     }

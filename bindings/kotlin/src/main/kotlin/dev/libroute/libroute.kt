@@ -392,7 +392,8 @@ private fun findLibraryName(componentName: String): String {
     if (libOverride != null) {
         return libOverride
     }
-    return "route_uniffi"
+    // Patched by `cargo xtask codegen`: one copy of the library for JNA and JNI.
+    return NativeLoader.library("route_uniffi")
 }
 
 // Define FFI callback types

@@ -110,8 +110,19 @@ class CorpusTest {
             errorName(e)
         }
         if (gotPacked != got) problems += "$name: packed error: expected $got, actual $gotPacked"
+        // So must the JNI fast path over a direct buffer, with the same selection.
+        val direct = Selector(4096u, 1uL)
+        val viaJni = try {
+            DirectSelector(policy, direct).use { it.select(request, DirectSelector.directRows(rows)) }
+        } catch (e: RouteException) {
+            errorName(e)
+        }
+        val expected = if (got == null) Selector(4096u, 1uL).select(policy, request, rows) else null
+        if (viaJni is String && viaJni != got) problems += "$name: direct error: expected $got, actual $viaJni"
+        if (viaJni is Selection && viaJni != expected) problems += "$name: direct: expected $expected, actual $viaJni"
         if (got != null) return problems
         if (packed.lastCosts() != selector.lastCosts()) problems += "$name: packed costs differ"
+        if (direct.lastCosts() != selector.lastCosts()) problems += "$name: direct costs differ"
         val cost = selector.lastCosts().associate { it.row.toInt() to it.cost }
         expect.optJSONArray("cost_bits")?.let { bits ->
             for (i in 0 until bits.length()) {
@@ -136,10 +147,17 @@ class CorpusTest {
             knobs.put("temperature", picks.getDouble("temperature"))
             val seeded = Policy(knobs.toString())
             val fresh = Selector(4096u, 1uL)
+            val viaJni = DirectSelector(seeded, Selector(4096u, 1uL))
+            val directRows = DirectSelector.directRows(rows)
             val sequence = picks.getJSONArray("sequence")
             for (k in 0 until sequence.length()) {
                 val w = sequence.getJSONArray(k)
                 val chosen = fresh.select(seeded, request, rows).worker
+                val direct = viaJni.select(request, directRows).worker
+                if (direct != chosen) {
+                    problems += "$name: direct picks.sequence[$k]: expected $chosen, actual $direct"
+                    break
+                }
                 if (chosen.workerId.toLong() != w.getLong(0) || chosen.dpRank.toLong() != w.getLong(1)) {
                     problems += "$name: picks.sequence[$k]: expected $w, actual $chosen"
                     break

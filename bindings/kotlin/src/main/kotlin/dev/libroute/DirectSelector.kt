@@ -1,0 +1,192 @@
+package dev.libroute
+
+import com.sun.jna.NativeLibrary
+import java.lang.ref.Cleaner
+import java.nio.ByteBuffer
+import java.nio.ByteOrder
+
+/**
+ * The JVM fast path for the hot call: [select] over rows held in a direct [ByteBuffer] in the C
+ * row layout (the layout of [packRows], [DirectSelector.ROW_BYTES] bytes per row), through JNI
+ * rather than uniffi's JNA calls. The rows are read where they lie; the request is encoded into a
+ * buffer this object reuses; the outcome comes back in another. Decisions and errors are
+ * exactly [Selector.select]'s (the same C call, the same `RouteException` and detail), and
+ * [Selector.lastCosts] afterwards reports this selection's candidates.
+ *
+ * It holds its own references to [policy] and [selector], so releasing those elsewhere does not
+ * free them under it; [close] gives its references back (so does the garbage collector). One
+ * thread at a time: the buffers are per object (make one per thread, as with selectors).
+ */
+class DirectSelector(policy: Policy, selector: Selector) : AutoCloseable {
+    private val handles = Handles(policy.uniffiCloneHandle(), selector.uniffiCloneHandle())
+    private val cleanable = CLEANER.register(this, handles)
+    private var request: ByteBuffer = direct(REQUEST_HEADER_BYTES + 16 * 8)
+    private val out: ByteBuffer = direct(OUTCOME_BYTES)
+
+    /**
+     * Selects one of the rows in [rows] (from its position to its limit, whole rows) for
+     * [request]. [rows] must be a direct buffer; its position and limit are not changed.
+     *
+     * @throws RouteException as [Selector.select] does.
+     * @throws IllegalArgumentException when [rows] is not direct, holds a partial row, or is
+     *   not 8-byte aligned at its position.
+     * @throws IllegalStateException after [close].
+     */
+    fun select(request: Request, rows: ByteBuffer): Selection {
+        check(!handles.closed) { "this DirectSelector is closed" }
+        require(rows.isDirect) { "rows is not a direct ByteBuffer (use ByteBuffer.allocateDirect)" }
+        val bytes = rows.remaining()
+        require(bytes % ROW_BYTES == 0) {
+            "$bytes bytes of rows is not a multiple of the row size $ROW_BYTES"
+        }
+        val encoded = encode(request)
+        DirectLib.select0(
+            handles.policy, handles.selector, encoded, rows, rows.position(), bytes / ROW_BYTES, out,
+        )
+        return decode()
+    }
+
+    /** Gives back this object's references to the policy and selector. Idempotent. */
+    override fun close() {
+        cleanable.clean()
+    }
+
+    private fun encode(r: Request): ByteBuffer {
+        val taints = r.preferredTaints
+        val hits = r.sharedHits
+        val size = REQUEST_HEADER_BYTES + 16 * (taints.size + (hits?.size ?: 0))
+        if (request.capacity() < size) request = direct(size)
+        val b = request
+        var flags = 0
+        if (r.trackPrefillTokens) flags = flags or 1
+        if (r.conditionalDisagg) flags = flags or 2
+        if (r.hasTierMatches) flags = flags or 4
+        val pin = r.pin
+        if (pin != null) flags = flags or 8
+        if (hits != null) flags = flags or 16
+        val session = r.session
+        if (session != null) flags = flags or 32
+        b.putLong(0, r.promptTokens.toLong())
+        b.putInt(8, r.blockSize.toInt())
+        b.putInt(12, r.role.ordinal)
+        b.putInt(16, flags)
+        b.putInt(20, pin?.dpRank?.toInt() ?: 0)
+        b.putLong(24, pin?.workerId?.toLong() ?: 0L)
+        b.putLong(32, r.requiredTaints.toLong())
+        b.putLong(40, session?.toLong() ?: 0L)
+        b.putInt(48, taints.size)
+        b.putInt(52, hits?.size ?: 0)
+        var at = REQUEST_HEADER_BYTES
+        for (t in taints) {
+            b.putInt(at, t.taint.toInt())
+            b.putInt(at + 4, 0)
+            b.putDouble(at + 8, t.weight)
+            at += 16
+        }
+        for (h in hits.orEmpty()) {
+            b.putLong(at, h.start.toLong())
+            b.putLong(at + 8, h.end.toLong())
+            at += 16
+        }
+        return b
+    }
+
+    private fun decode(): Selection {
+        val o = out
+        val scorers = o.getInt(28)
+        val reason = when (o.getInt(20)) {
+            0 -> PickReason.Pinned
+            1 -> PickReason.MinCost(o.getInt(24).toUInt())
+            2 -> PickReason.Sampled(o.getDouble(40))
+            else -> PickReason.Custom
+        }
+        return Selection(
+            row = o.getLong(0).toULong(),
+            worker = Worker(o.getLong(8).toULong(), o.getInt(16).toUInt()),
+            cost = o.getDouble(32),
+            candidates = o.getLong(48).toULong(),
+            reason = reason,
+            requestBlocks = o.getLong(56).toULong(),
+            cachedTokens = o.getLong(64).toULong(),
+            contributions = List(scorers) { o.getDouble(OUTCOME_HEADER_BYTES + 8 * it) },
+        )
+    }
+
+    /** The references this object owns, given back once: by [close] or by the cleaner. */
+    private class Handles(val policy: Long, val selector: Long) : Runnable {
+        @Volatile var closed = false
+
+        override fun run() {
+            closed = true
+            DirectLib.release0(policy, selector)
+        }
+    }
+
+    companion object {
+        /** Bytes per row: the C `libroute_row`. */
+        const val ROW_BYTES = 104
+
+        /** The request's fixed part; its arrays follow (`ffi/uniffi/src/jni.rs`). */
+        private const val REQUEST_HEADER_BYTES = 56
+
+        /** The outcome's fixed part; the contributions follow. */
+        private const val OUTCOME_HEADER_BYTES = 72
+
+        /** The outcome: its fixed part and up to 16 contributions (`LIBROUTE_MAX_SCORERS`). */
+        private const val OUTCOME_BYTES = OUTCOME_HEADER_BYTES + 8 * 16
+
+        private val CLEANER: Cleaner = Cleaner.create()
+
+        private fun direct(bytes: Int): ByteBuffer =
+            ByteBuffer.allocateDirect(bytes).order(ByteOrder.LITTLE_ENDIAN)
+
+        /** A direct buffer for [rows] rows in the C layout, little-endian (fill it with [packRows]'s layout). */
+        @JvmStatic
+        fun allocateRows(rows: Int): ByteBuffer = direct(rows * ROW_BYTES)
+
+        /** [rows] packed into a new direct buffer: what [packRows] makes, off the heap. */
+        @JvmStatic
+        fun directRows(rows: List<Row>): ByteBuffer {
+            val buffer = allocateRows(rows.size)
+            buffer.put(packRows(rows))
+            buffer.flip()
+            return buffer
+        }
+    }
+}
+
+/**
+ * The native methods of [DirectSelector], in `libroute_uniffi`, which [NativeLoader] loaded for
+ * uniffi's bindings and the JVM alike.
+ */
+internal object DirectLib {
+    init {
+        packedRowSize() // makes uniffi's bindings load the library, through NativeLoader
+        if (NativeLoader.path == null) {
+            // A library override, or JNA's own lookup: load that file for the JVM too.
+            val name = System.getProperty("uniffi.component.libroute.libraryOverride") ?: "route_uniffi"
+            val file = NativeLibrary.getInstance(name).file
+            if (file == null || !file.isFile) {
+                throw UnsatisfiedLinkError(
+                    "DirectSelector needs libroute_uniffi as a file (in the JAR, or in jna.library.path); " +
+                        "JNA found it as $name"
+                )
+            }
+            System.load(file.absolutePath)
+        }
+    }
+
+    @JvmStatic
+    external fun select0(
+        policy: Long,
+        selector: Long,
+        request: ByteBuffer,
+        rows: ByteBuffer,
+        rowsOffset: Int,
+        rowsCount: Int,
+        out: ByteBuffer,
+    ): Boolean
+
+    @JvmStatic
+    external fun release0(policy: Long, selector: Long)
+}

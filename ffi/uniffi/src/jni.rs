@@ -1,0 +1,364 @@
+//! The JVM fast path: `dev.libroute.DirectSelector`'s native methods, called through JNI (as
+//! zstd-jni and lz4-java reach native code) instead of uniffi's JNA calls, which cost several
+//! microseconds each.
+//!
+//! The Kotlin side holds one strong reference to a [`Policy`] and a [`Selector`] (uniffi's
+//! handles: `Arc` pointers it cloned), encodes the request into a direct `ByteBuffer` it owns,
+//! and passes the rows as a direct `ByteBuffer` in the C row layout. This side reads both where
+//! they lie, selects through [`Selector::select_raw`] (the C ABI, as every binding does) and
+//! writes the outcome into a third direct buffer. A failure throws the uniffi exception class of
+//! its variant (`RouteException$NoEndpoints`, ...) with the C ABI's sentence, so the fast path
+//! fails exactly as `Selector.select` does. Nothing unwinds into the JVM.
+//!
+//! Buffer layouts (little-endian, 8-byte aligned; `DirectSelector.kt` writes and reads them):
+//!
+//! - request, [`RequestHeader`] then `preferred_taints_len` × `libroute_preferred_taint` (16
+//!   bytes: `taint` u32, 4 padding, `weight` f64) then `shared_hits_len` × `libroute_block_range`;
+//! - outcome, [`Outcome`].
+
+use std::ffi::CString;
+use std::mem::{align_of, size_of};
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Arc;
+
+use jni_sys::{JNI_FALSE, JNI_TRUE, JNIEnv, jboolean, jclass, jint, jlong, jobject};
+use route::{
+    LIBROUTE_MAX_SCORERS, libroute_block_range, libroute_preferred_taint, libroute_request,
+    libroute_row, libroute_worker,
+};
+
+use crate::error::RouteError;
+use crate::policy::Policy;
+use crate::selector::Selector;
+
+/// The fixed part of an encoded request.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+struct RequestHeader {
+    prompt_tokens: u64,
+    block_size: u32,
+    /// `Role`'s ordinal, which is `libroute_role`'s value.
+    role: u32,
+    /// `REQUEST_*` bits.
+    flags: u32,
+    pin_dp_rank: u32,
+    pin_worker_id: u64,
+    required_taints: u64,
+    session: u64,
+    preferred_taints_len: u32,
+    shared_hits_len: u32,
+}
+
+const REQUEST_TRACK_PREFILL: u32 = 1;
+const REQUEST_CONDITIONAL_DISAGG: u32 = 2;
+const REQUEST_HAS_TIER_MATCHES: u32 = 4;
+const REQUEST_HAS_PIN: u32 = 8;
+const REQUEST_HAS_SHARED_HITS: u32 = 16;
+const REQUEST_HAS_SESSION: u32 = 32;
+
+/// A selection's outcome, as `DirectSelector` reads it.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+struct Outcome {
+    row: u64,
+    worker_id: u64,
+    dp_rank: u32,
+    /// `libroute_reason`: 0 pinned, 1 minimum cost, 2 sampled, 3 custom.
+    reason: u32,
+    ties: u32,
+    /// How many of `contributions` are set.
+    scorers: u32,
+    cost: f64,
+    probability: f64,
+    candidates: u64,
+    request_blocks: u64,
+    cached_tokens: u64,
+    contributions: [f64; LIBROUTE_MAX_SCORERS],
+}
+
+// The Kotlin side's constants (`DirectSelector.kt`); a change here must change them.
+const _: () = assert!(size_of::<RequestHeader>() == 56);
+const _: () = assert!(size_of::<Outcome>() == 72 + 8 * LIBROUTE_MAX_SCORERS);
+const _: () = assert!(size_of::<libroute_row>() == 104);
+const _: () = assert!(size_of::<libroute_preferred_taint>() == 16);
+const _: () = assert!(size_of::<libroute_block_range>() == 16);
+
+/// A uniffi handle, an `Arc::into_raw` pointer that Kotlin carries as a `Long`, as the pointer.
+fn pointer<T>(handle: jlong) -> *const T {
+    let bits = u64::from_ne_bytes(handle.to_ne_bytes());
+    usize::try_from(bits).map_or(std::ptr::null(), std::ptr::with_exposed_provenance)
+}
+
+/// Why a call failed: a libroute error, or a misuse of the buffers (a bug in the caller).
+enum Failure {
+    Route(RouteError),
+    Argument(String),
+}
+
+impl From<RouteError> for Failure {
+    fn from(e: RouteError) -> Self {
+        Failure::Route(e)
+    }
+}
+
+/// The live memory of a direct buffer, checked to hold `bytes` from `offset`, aligned for `T`.
+///
+/// # Safety
+///
+/// `env` must be the calling thread's JNI environment and `buffer` a local reference.
+unsafe fn direct<T>(
+    env: *mut JNIEnv,
+    buffer: jobject,
+    what: &str,
+    offset: usize,
+    bytes: usize,
+) -> Result<*mut T, Failure> {
+    if buffer.is_null() {
+        return Err(Failure::Argument(format!("{what} is null")));
+    }
+    // SAFETY: a valid environment by contract; both functions exist since JNI 1.4.
+    let (address, capacity) = unsafe {
+        let functions = &**env;
+        let address = functions.GetDirectBufferAddress.map(|f| f(env, buffer));
+        let capacity = functions.GetDirectBufferCapacity.map(|f| f(env, buffer));
+        (address, capacity)
+    };
+    let (Some(address), Some(capacity)) = (address, capacity) else {
+        return Err(Failure::Argument(
+            "this JVM has no direct buffer access".to_owned(),
+        ));
+    };
+    if address.is_null() || capacity < 0 {
+        return Err(Failure::Argument(format!(
+            "{what} is not a direct ByteBuffer"
+        )));
+    }
+    let capacity = usize::try_from(capacity).unwrap_or(0);
+    if offset.checked_add(bytes).is_none_or(|end| end > capacity) {
+        return Err(Failure::Argument(format!(
+            "{what} holds {capacity} bytes, not {bytes} from byte {offset}"
+        )));
+    }
+    // SAFETY: `offset` is within the buffer's capacity (checked).
+    let start = unsafe { address.cast::<u8>().add(offset) };
+    if start.align_offset(align_of::<T>()) != 0 {
+        return Err(Failure::Argument(format!(
+            "{what} at byte {offset} is not {}-byte aligned",
+            align_of::<T>()
+        )));
+    }
+    Ok(start.cast::<T>())
+}
+
+/// Selects once; see the module documentation for the arguments' layouts.
+///
+/// # Safety
+///
+/// `policy` and `selector` are strong references from uniffi's handles that the caller keeps
+/// alive; the buffers are local references of this call.
+#[allow(clippy::too_many_arguments, reason = "the JNI method's arguments")]
+unsafe fn select(
+    env: *mut JNIEnv,
+    policy: jlong,
+    selector: jlong,
+    request: jobject,
+    rows: jobject,
+    rows_offset: jint,
+    rows_count: jint,
+    out: jobject,
+) -> Result<(), Failure> {
+    if policy == 0 || selector == 0 {
+        return Err(Failure::Argument(
+            "the policy or selector handle is 0".to_owned(),
+        ));
+    }
+    // SAFETY: uniffi's handles are `Arc::into_raw` pointers; the caller holds one of each.
+    let (policy, selector) =
+        unsafe { (&*pointer::<Policy>(policy), &*pointer::<Selector>(selector)) };
+    let (Ok(offset), Ok(count)) = (usize::try_from(rows_offset), usize::try_from(rows_count))
+    else {
+        return Err(Failure::Argument(format!(
+            "rows offset {rows_offset} or count {rows_count} is negative"
+        )));
+    };
+    let row_bytes = count.saturating_mul(size_of::<libroute_row>());
+    // SAFETY: as `direct` requires (the caller's contract).
+    let rows = unsafe { direct::<libroute_row>(env, rows, "rows", offset, row_bytes)? };
+    // SAFETY: checked to hold `count` aligned rows; every bit pattern is a valid row; the
+    // buffer stays reachable from the caller's frame for the call.
+    let rows = unsafe { std::slice::from_raw_parts(rows.cast_const(), count) };
+    // SAFETY: as above.
+    let header = unsafe {
+        direct::<RequestHeader>(env, request, "request", 0, size_of::<RequestHeader>())?.read()
+    };
+    let taints = header.preferred_taints_len as usize;
+    let hits = header.shared_hits_len as usize;
+    let extra = (taints + hits) * 16;
+    // SAFETY: as above; the arrays follow the header.
+    let arrays = unsafe {
+        direct::<libroute_preferred_taint>(
+            env,
+            request,
+            "request",
+            size_of::<RequestHeader>(),
+            extra,
+        )?
+    };
+    let flag = |bit: u32| u8::from(header.flags & bit != 0);
+    let c_request = libroute_request {
+        prompt_tokens: header.prompt_tokens,
+        block_size: header.block_size,
+        role: header.role,
+        track_prefill_tokens: flag(REQUEST_TRACK_PREFILL),
+        conditional_disagg: flag(REQUEST_CONDITIONAL_DISAGG),
+        has_tier_matches: flag(REQUEST_HAS_TIER_MATCHES),
+        has_pin: flag(REQUEST_HAS_PIN),
+        has_shared_hits: flag(REQUEST_HAS_SHARED_HITS),
+        pin: libroute_worker {
+            worker_id: header.pin_worker_id,
+            dp_rank: header.pin_dp_rank,
+        },
+        required_taints: header.required_taints,
+        preferred_taints: arrays.cast_const(),
+        preferred_taints_len: taints,
+        // SAFETY: within the `extra` bytes checked above.
+        shared_hits: unsafe {
+            arrays
+                .add(taints)
+                .cast::<libroute_block_range>()
+                .cast_const()
+        },
+        shared_hits_len: hits,
+        has_session: flag(REQUEST_HAS_SESSION),
+        session: header.session,
+    };
+    // SAFETY: as above.
+    let out = unsafe { direct::<Outcome>(env, out, "out", 0, size_of::<Outcome>())? };
+    let mut contributions = [0.0; LIBROUTE_MAX_SCORERS];
+    let s = selector.select_raw(policy, &c_request, rows, &mut contributions)?;
+    let outcome = Outcome {
+        row: s.row as u64,
+        worker_id: s.worker.worker_id,
+        dp_rank: s.worker.dp_rank,
+        reason: s.reason,
+        ties: s.ties,
+        scorers: u32::try_from(s.scorers.min(LIBROUTE_MAX_SCORERS)).unwrap_or(0),
+        cost: s.cost,
+        probability: s.probability,
+        candidates: s.candidates as u64,
+        request_blocks: s.request_blocks,
+        cached_tokens: s.cached_tokens,
+        contributions,
+    };
+    // SAFETY: checked to hold one aligned `Outcome`.
+    unsafe { out.write(outcome) };
+    Ok(())
+}
+
+/// Throws `class` (a JNI class name) with `message`.
+///
+/// # Safety
+///
+/// `env` must be the calling thread's JNI environment, with no exception pending.
+unsafe fn throw(env: *mut JNIEnv, class: &str, message: &str) {
+    let (Ok(class), Ok(message)) = (
+        CString::new(class),
+        CString::new(message.replace('\0', " ")),
+    ) else {
+        return;
+    };
+    // SAFETY: a valid environment by contract; FindClass and ThrowNew exist since JNI 1.1. When
+    // FindClass fails it leaves its own exception pending, which the JVM then raises.
+    unsafe {
+        let functions = &**env;
+        let (Some(find_class), Some(throw_new)) = (functions.FindClass, functions.ThrowNew) else {
+            return;
+        };
+        let cls: jclass = find_class(env, class.as_ptr());
+        if !cls.is_null() {
+            throw_new(env, cls, message.as_ptr());
+        }
+    }
+}
+
+/// `DirectSelector.select0`: selects, writing the outcome to `out`; on failure throws the
+/// `RouteException` of its variant (or `IllegalArgumentException` for a misused buffer) and
+/// returns false.
+///
+/// # Safety
+///
+/// Called by the JVM for `dev.libroute.DirectLib.select0`, with the handles and buffers
+/// `DirectSelector` keeps.
+#[unsafe(no_mangle)]
+#[allow(clippy::too_many_arguments, reason = "the JNI method's arguments")]
+pub(crate) unsafe extern "system" fn Java_dev_libroute_DirectLib_select0(
+    env: *mut JNIEnv,
+    _class: jclass,
+    policy: jlong,
+    selector: jlong,
+    request: jobject,
+    rows: jobject,
+    rows_offset: jint,
+    rows_count: jint,
+    out: jobject,
+) -> jboolean {
+    // SAFETY: the JVM's contract for a native method (see `select`).
+    let result = catch_unwind(AssertUnwindSafe(|| unsafe {
+        select(
+            env,
+            policy,
+            selector,
+            request,
+            rows,
+            rows_offset,
+            rows_count,
+            out,
+        )
+    }));
+    let failure = match result {
+        Ok(Ok(())) => return JNI_TRUE,
+        Ok(Err(failure)) => failure,
+        Err(_) => Failure::Route(RouteError::Panic {
+            detail: "libroute panicked in DirectSelector.select (a bug); nothing was selected"
+                .to_owned(),
+        }),
+    };
+    // SAFETY: the JVM's environment for this call; no exception is pending (we raised none).
+    unsafe {
+        match failure {
+            Failure::Route(e) => throw(
+                env,
+                &format!("dev/libroute/RouteException${}", e.name()),
+                e.message(),
+            ),
+            Failure::Argument(message) => {
+                throw(env, "java/lang/IllegalArgumentException", &message);
+            }
+        }
+    }
+    JNI_FALSE
+}
+
+/// `DirectLib.release0`: gives back the strong references `DirectSelector` cloned.
+///
+/// # Safety
+///
+/// Each handle is 0 or a uniffi handle of its type that the caller owns and never uses again.
+#[unsafe(no_mangle)]
+pub(crate) unsafe extern "system" fn Java_dev_libroute_DirectLib_release0(
+    _env: *mut JNIEnv,
+    _class: jclass,
+    policy: jlong,
+    selector: jlong,
+) {
+    let _ = catch_unwind(|| {
+        if policy != 0 {
+            // SAFETY: an `Arc::into_raw` pointer the caller owns (uniffi's clone), given back once.
+            drop(unsafe { Arc::from_raw(pointer::<Policy>(policy)) });
+        }
+        if selector != 0 {
+            // SAFETY: as for the policy.
+            drop(unsafe { Arc::from_raw(pointer::<Selector>(selector)) });
+        }
+    });
+}
