@@ -12,6 +12,9 @@
 //!
 //! Buffer layouts (little-endian, 8-byte aligned; `DirectSelector.kt` writes and reads them):
 //!
+//! `DirectSelector` passes its own two buffers by address (taken once, [`address0`]) and the
+//! caller's rows as a buffer object, whose address the JVM gives per call.
+//!
 //! - request, [`RequestHeader`] then `preferred_taints_len` × `libroute_preferred_taint` (16
 //!   bytes: `taint` u32, 4 padding, `weight` f64) then `shared_hits_len` × `libroute_block_range`;
 //! - outcome, [`Outcome`].
@@ -150,22 +153,49 @@ unsafe fn direct<T>(
     Ok(start.cast::<T>())
 }
 
+/// The memory of one of `DirectSelector`'s own buffers, by the address [`address0`] gave it:
+/// checked for NULL, size and alignment.
+fn owned<T>(
+    address: jlong,
+    capacity: jint,
+    what: &str,
+    offset: usize,
+    bytes: usize,
+) -> Result<*mut T, Failure> {
+    let start = pointer::<u8>(address).cast_mut();
+    let capacity = usize::try_from(capacity).unwrap_or(0);
+    if start.is_null() || offset.checked_add(bytes).is_none_or(|end| end > capacity) {
+        return Err(Failure::Argument(format!(
+            "{what} holds {capacity} bytes, not {bytes} from byte {offset}"
+        )));
+    }
+    let start = start.wrapping_add(offset);
+    if start.align_offset(align_of::<T>()) != 0 {
+        return Err(Failure::Argument(format!(
+            "{what} is not {}-byte aligned",
+            align_of::<T>()
+        )));
+    }
+    Ok(start.cast::<T>())
+}
+
 /// Selects once; see the module documentation for the arguments' layouts.
 ///
 /// # Safety
 ///
 /// `policy` and `selector` are strong references from uniffi's handles that the caller keeps
-/// alive; the buffers are local references of this call.
+/// alive; `rows` is a local reference of this call; `request` and `out` are the addresses and
+/// capacities of direct buffers the caller keeps alive and does not touch during the call.
 #[allow(clippy::too_many_arguments, reason = "the JNI method's arguments")]
 unsafe fn select(
     env: *mut JNIEnv,
     policy: jlong,
     selector: jlong,
-    request: jobject,
+    request: (jlong, jint),
     rows: jobject,
     rows_offset: jint,
     rows_count: jint,
-    out: jobject,
+    out: (jlong, jint),
 ) -> Result<(), Failure> {
     if policy == 0 || selector == 0 {
         return Err(Failure::Argument(
@@ -187,23 +217,26 @@ unsafe fn select(
     // SAFETY: checked to hold `count` aligned rows; every bit pattern is a valid row; the
     // buffer stays reachable from the caller's frame for the call.
     let rows = unsafe { std::slice::from_raw_parts(rows.cast_const(), count) };
-    // SAFETY: as above.
-    let header = unsafe {
-        direct::<RequestHeader>(env, request, "request", 0, size_of::<RequestHeader>())?.read()
-    };
+    let header_at = owned::<RequestHeader>(
+        request.0,
+        request.1,
+        "request",
+        0,
+        size_of::<RequestHeader>(),
+    )?;
+    // SAFETY: checked to hold one aligned header, in a buffer the caller keeps alive.
+    let header = unsafe { header_at.read() };
     let taints = header.preferred_taints_len as usize;
     let hits = header.shared_hits_len as usize;
     let extra = (taints + hits) * 16;
-    // SAFETY: as above; the arrays follow the header.
-    let arrays = unsafe {
-        direct::<libroute_preferred_taint>(
-            env,
-            request,
-            "request",
-            size_of::<RequestHeader>(),
-            extra,
-        )?
-    };
+    // The arrays follow the header.
+    let arrays = owned::<libroute_preferred_taint>(
+        request.0,
+        request.1,
+        "request",
+        size_of::<RequestHeader>(),
+        extra,
+    )?;
     let flag = |bit: u32| u8::from(header.flags & bit != 0);
     let c_request = libroute_request {
         prompt_tokens: header.prompt_tokens,
@@ -232,8 +265,7 @@ unsafe fn select(
         has_session: flag(REQUEST_HAS_SESSION),
         session: header.session,
     };
-    // SAFETY: as above.
-    let out = unsafe { direct::<Outcome>(env, out, "out", 0, size_of::<Outcome>())? };
+    let out = owned::<Outcome>(out.0, out.1, "out", 0, size_of::<Outcome>())?;
     let mut contributions = [0.0; LIBROUTE_MAX_SCORERS];
     let s = selector.select_raw(policy, &c_request, rows, &mut contributions)?;
     let outcome = Outcome {
@@ -296,23 +328,25 @@ pub(crate) unsafe extern "system" fn Java_dev_libroute_DirectLib_select0(
     _class: jclass,
     policy: jlong,
     selector: jlong,
-    request: jobject,
+    request: jlong,
+    request_capacity: jint,
     rows: jobject,
     rows_offset: jint,
     rows_count: jint,
-    out: jobject,
+    out: jlong,
+    out_capacity: jint,
 ) -> jboolean {
-    // SAFETY: the JVM's contract for a native method (see `select`).
+    // SAFETY: the JVM's contract for a native method and `DirectSelector`'s (see `select`).
     let result = catch_unwind(AssertUnwindSafe(|| unsafe {
         select(
             env,
             policy,
             selector,
-            request,
+            (request, request_capacity),
             rows,
             rows_offset,
             rows_count,
-            out,
+            (out, out_capacity),
         )
     }));
     let failure = match result {
@@ -337,6 +371,31 @@ pub(crate) unsafe extern "system" fn Java_dev_libroute_DirectLib_select0(
         }
     }
     JNI_FALSE
+}
+
+/// `DirectLib.address0`: the address of a direct buffer's memory, which `DirectSelector` takes
+/// once for each buffer it owns (so a select asks the JVM only about the rows' buffer); 0 with
+/// an `IllegalArgumentException` pending when `buffer` is not direct.
+///
+/// # Safety
+///
+/// Called by the JVM for `dev.libroute.DirectLib.address0`.
+#[unsafe(no_mangle)]
+pub(crate) unsafe extern "system" fn Java_dev_libroute_DirectLib_address0(
+    env: *mut JNIEnv,
+    _class: jclass,
+    buffer: jobject,
+) -> jlong {
+    // SAFETY: the JVM's environment and a local reference of this call.
+    match unsafe { direct::<u8>(env, buffer, "buffer", 0, 0) } {
+        Ok(address) => i64::from_ne_bytes((address as usize as u64).to_ne_bytes()),
+        Err(Failure::Argument(message)) => {
+            // SAFETY: as above; no exception is pending.
+            unsafe { throw(env, "java/lang/IllegalArgumentException", &message) };
+            0
+        }
+        Err(Failure::Route(_)) => 0,
+    }
 }
 
 /// `DirectLib.release0`: gives back the strong references `DirectSelector` cloned.

@@ -21,7 +21,9 @@ class DirectSelector(policy: Policy, selector: Selector) : AutoCloseable {
     private val handles = Handles(policy.uniffiCloneHandle(), selector.uniffiCloneHandle())
     private val cleanable = CLEANER.register(this, handles)
     private var request: ByteBuffer = direct(REQUEST_HEADER_BYTES + 16 * 8)
+    private var requestAddress: Long = DirectLib.address0(request)
     private val out: ByteBuffer = direct(OUTCOME_BYTES)
+    private val outAddress: Long = DirectLib.address0(out)
 
     /**
      * Selects one of the rows in [rows] (from its position to its limit, whole rows) for
@@ -41,7 +43,8 @@ class DirectSelector(policy: Policy, selector: Selector) : AutoCloseable {
         }
         val encoded = encode(request)
         DirectLib.select0(
-            handles.policy, handles.selector, encoded, rows, rows.position(), bytes / ROW_BYTES, out,
+            handles.policy, handles.selector, requestAddress, encoded.capacity(),
+            rows, rows.position(), bytes / ROW_BYTES, outAddress, out.capacity(),
         )
         return decode()
     }
@@ -55,7 +58,10 @@ class DirectSelector(policy: Policy, selector: Selector) : AutoCloseable {
         val taints = r.preferredTaints
         val hits = r.sharedHits
         val size = REQUEST_HEADER_BYTES + 16 * (taints.size + (hits?.size ?: 0))
-        if (request.capacity() < size) request = direct(size)
+        if (request.capacity() < size) {
+            request = direct(size)
+            requestAddress = DirectLib.address0(request)
+        }
         val b = request
         var flags = 0
         if (r.trackPrefillTokens) flags = flags or 1
@@ -176,16 +182,23 @@ internal object DirectLib {
         }
     }
 
+    /** Selects; [request] and [out] are addresses from [address0] of buffers the caller keeps. */
     @JvmStatic
     external fun select0(
         policy: Long,
         selector: Long,
-        request: ByteBuffer,
+        request: Long,
+        requestCapacity: Int,
         rows: ByteBuffer,
         rowsOffset: Int,
         rowsCount: Int,
-        out: ByteBuffer,
+        out: Long,
+        outCapacity: Int,
     ): Boolean
+
+    /** The address of a direct buffer's memory. */
+    @JvmStatic
+    external fun address0(buffer: ByteBuffer): Long
 
     @JvmStatic
     external fun release0(policy: Long, selector: Long)
