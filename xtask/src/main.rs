@@ -312,7 +312,9 @@ fn package() -> Result {
         "--target-dir",
         target_arg.as_str(),
     ];
-    for excluded in ["xtask", "libroute-benches"] {
+    // Not crates: the tools, and the Python extension, whose package is the wheel the Python
+    // step builds and installs.
+    for excluded in ["xtask", "libroute-benches", "libroute-python"] {
         args.extend(["--exclude", excluded]);
     }
     let result = cargo(&args);

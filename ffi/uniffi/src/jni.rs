@@ -24,14 +24,15 @@ use std::mem::{align_of, size_of};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 
-use jni_sys::{JNI_FALSE, JNI_TRUE, JNIEnv, jboolean, jclass, jint, jlong, jobject};
+use jni_sys::{JNI_FALSE, JNI_TRUE, JNIEnv, jboolean, jclass, jdouble, jint, jlong, jobject};
 use route::{
     LIBROUTE_MAX_SCORERS, libroute_block_range, libroute_preferred_taint, libroute_request,
-    libroute_row, libroute_worker,
+    libroute_row, libroute_selection, libroute_worker,
 };
 
 use crate::error::RouteError;
 use crate::policy::Policy;
+use crate::router::{RouteTime, Router};
 use crate::selector::Selector;
 
 /// The fixed part of an encoded request.
@@ -179,6 +180,147 @@ fn owned<T>(
     Ok(start.cast::<T>())
 }
 
+/// The object behind a uniffi handle, which the caller keeps alive.
+///
+/// # Safety
+///
+/// `handle` must be 0 or an `Arc::into_raw` pointer to a live `T` (uniffi's handle).
+unsafe fn object<'a, T>(handle: jlong, what: &str) -> Result<&'a T, Failure> {
+    let p = pointer::<T>(handle);
+    if p.is_null() {
+        return Err(Failure::Argument(format!("the {what} handle is 0")));
+    }
+    // SAFETY: non-null, and live by contract.
+    Ok(unsafe { &*p })
+}
+
+/// The rows of a direct buffer: `count` rows from byte `offset`, in place.
+///
+/// # Safety
+///
+/// As [`direct`]; the rows are read or written only during the call that received `rows`.
+unsafe fn rows_at<'a>(
+    env: *mut JNIEnv,
+    rows: jobject,
+    offset: jint,
+    count: jint,
+) -> Result<&'a mut [libroute_row], Failure> {
+    let (Ok(at), Ok(n)) = (usize::try_from(offset), usize::try_from(count)) else {
+        return Err(Failure::Argument(format!(
+            "rows offset {offset} or count {count} is negative"
+        )));
+    };
+    // SAFETY: as `direct` requires (the caller's contract).
+    let start = unsafe {
+        direct::<libroute_row>(
+            env,
+            rows,
+            "rows",
+            at,
+            n.saturating_mul(size_of::<libroute_row>()),
+        )?
+    };
+    // SAFETY: checked to hold `n` aligned rows; every bit pattern is a valid row; the buffer
+    // stays reachable from the caller's frame for the call, and nothing else touches it.
+    Ok(unsafe { std::slice::from_raw_parts_mut(start, n) })
+}
+
+/// The encoded request in `DirectSelector`'s buffer, and the `hashes` block hashes after its
+/// arrays.
+///
+/// # Safety
+///
+/// `request` must be the address and capacity of a live direct buffer that nothing writes
+/// while the returned values are used.
+unsafe fn request_at<'a>(
+    request: (jlong, jint),
+    hashes: usize,
+) -> Result<(libroute_request, &'a [u64]), Failure> {
+    let header_at = owned::<RequestHeader>(
+        request.0,
+        request.1,
+        "request",
+        0,
+        size_of::<RequestHeader>(),
+    )?;
+    // SAFETY: checked to hold one aligned header, in a buffer the caller keeps alive.
+    let header = unsafe { header_at.read() };
+    let taints = header.preferred_taints_len as usize;
+    let hits = header.shared_hits_len as usize;
+    let arrays_bytes = (taints + hits) * 16;
+    // The arrays, then the hashes, follow the header.
+    let arrays = owned::<libroute_preferred_taint>(
+        request.0,
+        request.1,
+        "request",
+        size_of::<RequestHeader>(),
+        arrays_bytes + hashes * 8,
+    )?;
+    // SAFETY: within the bytes checked above; aligned (16-byte entries after a 56-byte header
+    // in an 8-aligned buffer); the buffer outlives the call that reads them.
+    let (shared_hits, hash_values) = unsafe {
+        let hits_at = arrays.add(taints).cast::<libroute_block_range>();
+        let hashes_at = hits_at.add(hits).cast::<u64>();
+        (
+            hits_at.cast_const(),
+            std::slice::from_raw_parts(hashes_at.cast_const(), hashes),
+        )
+    };
+    let flag = |bit: u32| u8::from(header.flags & bit != 0);
+    let c_request = libroute_request {
+        prompt_tokens: header.prompt_tokens,
+        block_size: header.block_size,
+        role: header.role,
+        track_prefill_tokens: flag(REQUEST_TRACK_PREFILL),
+        conditional_disagg: flag(REQUEST_CONDITIONAL_DISAGG),
+        has_tier_matches: flag(REQUEST_HAS_TIER_MATCHES),
+        has_pin: flag(REQUEST_HAS_PIN),
+        has_shared_hits: flag(REQUEST_HAS_SHARED_HITS),
+        pin: libroute_worker {
+            worker_id: header.pin_worker_id,
+            dp_rank: header.pin_dp_rank,
+        },
+        required_taints: header.required_taints,
+        preferred_taints: arrays.cast_const(),
+        preferred_taints_len: taints,
+        shared_hits,
+        shared_hits_len: hits,
+        has_session: flag(REQUEST_HAS_SESSION),
+        session: header.session,
+    };
+    Ok((c_request, hash_values))
+}
+
+/// Writes a selection's outcome into `DirectSelector`'s outcome buffer.
+///
+/// # Safety
+///
+/// `out` must be the address and capacity of a live direct buffer nothing else touches.
+unsafe fn write_outcome(
+    out: (jlong, jint),
+    s: &libroute_selection,
+    contributions: [f64; LIBROUTE_MAX_SCORERS],
+) -> Result<(), Failure> {
+    let at = owned::<Outcome>(out.0, out.1, "out", 0, size_of::<Outcome>())?;
+    let outcome = Outcome {
+        row: s.row as u64,
+        worker_id: s.worker.worker_id,
+        dp_rank: s.worker.dp_rank,
+        reason: s.reason,
+        ties: s.ties,
+        scorers: u32::try_from(s.scorers.min(LIBROUTE_MAX_SCORERS)).unwrap_or(0),
+        cost: s.cost,
+        probability: s.probability,
+        candidates: s.candidates as u64,
+        request_blocks: s.request_blocks,
+        cached_tokens: s.cached_tokens,
+        contributions,
+    };
+    // SAFETY: checked to hold one aligned `Outcome`, in a buffer the caller keeps alive.
+    unsafe { at.write(outcome) };
+    Ok(())
+}
+
 /// Selects once; see the module documentation for the arguments' layouts.
 ///
 /// # Safety
@@ -197,94 +339,60 @@ unsafe fn select(
     rows_count: jint,
     out: (jlong, jint),
 ) -> Result<(), Failure> {
-    if policy == 0 || selector == 0 {
-        return Err(Failure::Argument(
-            "the policy or selector handle is 0".to_owned(),
-        ));
-    }
-    // SAFETY: uniffi's handles are `Arc::into_raw` pointers; the caller holds one of each.
-    let (policy, selector) =
-        unsafe { (&*pointer::<Policy>(policy), &*pointer::<Selector>(selector)) };
-    let (Ok(offset), Ok(count)) = (usize::try_from(rows_offset), usize::try_from(rows_count))
-    else {
-        return Err(Failure::Argument(format!(
-            "rows offset {rows_offset} or count {rows_count} is negative"
-        )));
+    // SAFETY: the caller's contract.
+    let (policy, selector, rows) = unsafe {
+        (
+            object::<Policy>(policy, "policy")?,
+            object::<Selector>(selector, "selector")?,
+            rows_at(env, rows, rows_offset, rows_count)?,
+        )
     };
-    let row_bytes = count.saturating_mul(size_of::<libroute_row>());
-    // SAFETY: as `direct` requires (the caller's contract).
-    let rows = unsafe { direct::<libroute_row>(env, rows, "rows", offset, row_bytes)? };
-    // SAFETY: checked to hold `count` aligned rows; every bit pattern is a valid row; the
-    // buffer stays reachable from the caller's frame for the call.
-    let rows = unsafe { std::slice::from_raw_parts(rows.cast_const(), count) };
-    let header_at = owned::<RequestHeader>(
-        request.0,
-        request.1,
-        "request",
-        0,
-        size_of::<RequestHeader>(),
-    )?;
-    // SAFETY: checked to hold one aligned header, in a buffer the caller keeps alive.
-    let header = unsafe { header_at.read() };
-    let taints = header.preferred_taints_len as usize;
-    let hits = header.shared_hits_len as usize;
-    let extra = (taints + hits) * 16;
-    // The arrays follow the header.
-    let arrays = owned::<libroute_preferred_taint>(
-        request.0,
-        request.1,
-        "request",
-        size_of::<RequestHeader>(),
-        extra,
-    )?;
-    let flag = |bit: u32| u8::from(header.flags & bit != 0);
-    let c_request = libroute_request {
-        prompt_tokens: header.prompt_tokens,
-        block_size: header.block_size,
-        role: header.role,
-        track_prefill_tokens: flag(REQUEST_TRACK_PREFILL),
-        conditional_disagg: flag(REQUEST_CONDITIONAL_DISAGG),
-        has_tier_matches: flag(REQUEST_HAS_TIER_MATCHES),
-        has_pin: flag(REQUEST_HAS_PIN),
-        has_shared_hits: flag(REQUEST_HAS_SHARED_HITS),
-        pin: libroute_worker {
-            worker_id: header.pin_worker_id,
-            dp_rank: header.pin_dp_rank,
-        },
-        required_taints: header.required_taints,
-        preferred_taints: arrays.cast_const(),
-        preferred_taints_len: taints,
-        // SAFETY: within the `extra` bytes checked above.
-        shared_hits: unsafe {
-            arrays
-                .add(taints)
-                .cast::<libroute_block_range>()
-                .cast_const()
-        },
-        shared_hits_len: hits,
-        has_session: flag(REQUEST_HAS_SESSION),
-        session: header.session,
-    };
-    let out = owned::<Outcome>(out.0, out.1, "out", 0, size_of::<Outcome>())?;
+    // SAFETY: the caller's contract.
+    let (c_request, _) = unsafe { request_at(request, 0)? };
     let mut contributions = [0.0; LIBROUTE_MAX_SCORERS];
     let s = selector.select_raw(policy, &c_request, rows, &mut contributions)?;
-    let outcome = Outcome {
-        row: s.row as u64,
-        worker_id: s.worker.worker_id,
-        dp_rank: s.worker.dp_rank,
-        reason: s.reason,
-        ties: s.ties,
-        scorers: u32::try_from(s.scorers.min(LIBROUTE_MAX_SCORERS)).unwrap_or(0),
-        cost: s.cost,
-        probability: s.probability,
-        candidates: s.candidates as u64,
-        request_blocks: s.request_blocks,
-        cached_tokens: s.cached_tokens,
-        contributions,
+    // SAFETY: the caller's contract.
+    unsafe { write_outcome(out, &s, contributions) }
+}
+
+/// Routes once: looks the hashes up, projects the load onto the rows (in place), selects and
+/// books request `id`.
+///
+/// # Safety
+///
+/// As [`select`], and `router` likewise.
+#[allow(clippy::too_many_arguments, reason = "the JNI method's arguments")]
+unsafe fn route(
+    env: *mut JNIEnv,
+    handles: (jlong, jlong, jlong),
+    request: (jlong, jint),
+    hashes: jint,
+    rows: (jobject, jint, jint),
+    id: jlong,
+    now: RouteTime,
+    out: (jlong, jint),
+) -> Result<(), Failure> {
+    // SAFETY: the caller's contract.
+    let (router, policy, selector, rows) = unsafe {
+        (
+            object::<Router>(handles.0, "router")?,
+            object::<Policy>(handles.1, "policy")?,
+            object::<Selector>(handles.2, "selector")?,
+            rows_at(env, rows.0, rows.1, rows.2)?,
+        )
     };
-    // SAFETY: checked to hold one aligned `Outcome`.
-    unsafe { out.write(outcome) };
-    Ok(())
+    let Ok(hashes) = usize::try_from(hashes) else {
+        return Err(Failure::Argument(format!("{hashes} hashes is negative")));
+    };
+    // SAFETY: the caller's contract.
+    let (c_request, hashes) = unsafe { request_at(request, hashes)? };
+    let id = u64::from_ne_bytes(id.to_ne_bytes());
+    let mut s = router.route_raw(policy, selector, &c_request, hashes, rows, id, now)?;
+    // A route reports no contributions, as `Router.route` (its selector's `last_costs` has the
+    // costs).
+    s.scorers = 0;
+    // SAFETY: the caller's contract.
+    unsafe { write_outcome(out, &s, [0.0; LIBROUTE_MAX_SCORERS]) }
 }
 
 /// Throws `class` (a JNI class name) with `message`.
@@ -311,6 +419,39 @@ unsafe fn throw(env: *mut JNIEnv, class: &str, message: &str) {
             throw_new(env, cls, message.as_ptr());
         }
     }
+}
+
+/// Turns a call's result into the JNI return value, throwing the failure's exception.
+///
+/// # Safety
+///
+/// `env` must be the calling thread's JNI environment, with no exception pending.
+unsafe fn finish(
+    env: *mut JNIEnv,
+    result: std::thread::Result<Result<(), Failure>>,
+    call: &str,
+) -> jboolean {
+    let failure = match result {
+        Ok(Ok(())) => return JNI_TRUE,
+        Ok(Err(failure)) => failure,
+        Err(_) => Failure::Route(RouteError::Panic {
+            detail: format!("libroute panicked in DirectSelector.{call} (a bug); nothing was done"),
+        }),
+    };
+    // SAFETY: the caller's contract.
+    unsafe {
+        match failure {
+            Failure::Route(e) => throw(
+                env,
+                &format!("dev/libroute/RouteException${}", e.name()),
+                e.message(),
+            ),
+            Failure::Argument(message) => {
+                throw(env, "java/lang/IllegalArgumentException", &message);
+            }
+        }
+    }
+    JNI_FALSE
 }
 
 /// `DirectSelector.select0`: selects, writing the outcome to `out`; on failure throws the
@@ -349,28 +490,59 @@ pub(crate) unsafe extern "system" fn Java_dev_libroute_DirectLib_select0(
             (out, out_capacity),
         )
     }));
-    let failure = match result {
-        Ok(Ok(())) => return JNI_TRUE,
-        Ok(Err(failure)) => failure,
-        Err(_) => Failure::Route(RouteError::Panic {
-            detail: "libroute panicked in DirectSelector.select (a bug); nothing was selected"
-                .to_owned(),
-        }),
+    // SAFETY: the JVM's environment for this call.
+    unsafe { finish(env, result, "select") }
+}
+
+/// `DirectSelector.route0`: routes (`timed`: `now_ms`, else `now` in units), writing the outcome
+/// to `out` and the cache and load the router found into the rows; on failure throws as
+/// `select0` does and returns false.
+///
+/// # Safety
+///
+/// Called by the JVM for `dev.libroute.DirectLib.route0`, with the handles and buffers
+/// `DirectSelector` keeps.
+#[unsafe(no_mangle)]
+#[allow(clippy::too_many_arguments, reason = "the JNI method's arguments")]
+pub(crate) unsafe extern "system" fn Java_dev_libroute_DirectLib_route0(
+    env: *mut JNIEnv,
+    _class: jclass,
+    router: jlong,
+    policy: jlong,
+    selector: jlong,
+    request: jlong,
+    request_capacity: jint,
+    hashes: jint,
+    rows: jobject,
+    rows_offset: jint,
+    rows_count: jint,
+    id: jlong,
+    timed: jboolean,
+    now: jlong,
+    now_ms: jdouble,
+    out: jlong,
+    out_capacity: jint,
+) -> jboolean {
+    let now = if timed == JNI_FALSE {
+        RouteTime::Units(u64::from_ne_bytes(now.to_ne_bytes()))
+    } else {
+        RouteTime::Ms(now_ms)
     };
-    // SAFETY: the JVM's environment for this call; no exception is pending (we raised none).
-    unsafe {
-        match failure {
-            Failure::Route(e) => throw(
-                env,
-                &format!("dev/libroute/RouteException${}", e.name()),
-                e.message(),
-            ),
-            Failure::Argument(message) => {
-                throw(env, "java/lang/IllegalArgumentException", &message);
-            }
-        }
-    }
-    JNI_FALSE
+    // SAFETY: the JVM's contract for a native method and `DirectSelector`'s (see `route`).
+    let result = catch_unwind(AssertUnwindSafe(|| unsafe {
+        route(
+            env,
+            (router, policy, selector),
+            (request, request_capacity),
+            hashes,
+            (rows, rows_offset, rows_count),
+            id,
+            now,
+            (out, out_capacity),
+        )
+    }));
+    // SAFETY: the JVM's environment for this call.
+    unsafe { finish(env, result, "route") }
 }
 
 /// `DirectLib.address0`: the address of a direct buffer's memory, which `DirectSelector` takes
@@ -409,8 +581,13 @@ pub(crate) unsafe extern "system" fn Java_dev_libroute_DirectLib_release0(
     _class: jclass,
     policy: jlong,
     selector: jlong,
+    router: jlong,
 ) {
     let _ = catch_unwind(|| {
+        if router != 0 {
+            // SAFETY: an `Arc::into_raw` pointer the caller owns (uniffi's clone), given back once.
+            drop(unsafe { Arc::from_raw(pointer::<Router>(router)) });
+        }
         if policy != 0 {
             // SAFETY: an `Arc::into_raw` pointer the caller owns (uniffi's clone), given back once.
             drop(unsafe { Arc::from_raw(pointer::<Policy>(policy)) });

@@ -5,8 +5,9 @@ use std::ptr::{NonNull, null_mut};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use route::{
-    libroute_kv_event, libroute_ledger_event, libroute_router, libroute_router_config,
-    libroute_router_counters, libroute_row, libroute_status, libroute_worker,
+    libroute_kv_event, libroute_ledger_event, libroute_request, libroute_router,
+    libroute_router_config, libroute_router_counters, libroute_row, libroute_selection,
+    libroute_status, libroute_worker,
 };
 
 use crate::error::{RouteError, check, closed};
@@ -188,10 +189,13 @@ impl std::fmt::Debug for Router {
     }
 }
 
-/// When a route is made: prediction units (an untimed booking) or milliseconds (timed).
-#[derive(Clone, Copy)]
-enum Now {
+/// When a route is made, for [`Router::route_raw`]: prediction units (an untimed booking, as
+/// [`Router::route`]) or milliseconds (timed, as [`Router::route_at`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum RouteTime {
+    /// Prediction units.
     Units(u64),
+    /// Milliseconds.
     Ms(f64),
 }
 
@@ -206,7 +210,7 @@ impl Router {
         hashes: &[u64],
         candidates: &[Row],
         id: u64,
-        now: Now,
+        now: RouteTime,
     ) -> Result<Routed, RouteError> {
         let mut filled = Vec::new();
         let fill = |buffer: &mut Vec<libroute_row>| {
@@ -220,7 +224,7 @@ impl Router {
                 // are valid for their lengths.
                 unsafe {
                     match now {
-                        Now::Units(now) => route::libroute_router_route(
+                        RouteTime::Units(now) => route::libroute_router_route(
                             r,
                             c.policy,
                             c.selector,
@@ -233,7 +237,7 @@ impl Router {
                             now,
                             c.out,
                         ),
-                        Now::Ms(now_ms) => route::libroute_router_route_at(
+                        RouteTime::Ms(now_ms) => route::libroute_router_route_at(
                             r,
                             c.policy,
                             c.selector,
@@ -256,6 +260,69 @@ impl Router {
             selection: Selection::from_c(&out, Vec::new()),
             rows: filled,
         })
+    }
+
+    /// [`Router::route`] (`now` in prediction units) or [`Router::route_at`] (`now_ms`) over
+    /// C values: the request, the block hashes and the rows in the host's memory, the rows
+    /// filled in place with the cache and load the router found. The JVM fast path
+    /// (`crate::jni`) calls this.
+    ///
+    /// # Errors
+    ///
+    /// As [`Router::route`].
+    #[allow(clippy::too_many_arguments, reason = "the route's inputs")]
+    pub fn route_raw(
+        &self,
+        policy: &Policy,
+        selector: &Selector,
+        request: &libroute_request,
+        hashes: &[u64],
+        rows: &mut [libroute_row],
+        id: u64,
+        now: RouteTime,
+    ) -> Result<libroute_selection, RouteError> {
+        let mut out = std::mem::MaybeUninit::<libroute_selection>::uninit();
+        policy.with(|policy_raw| {
+            selector.with(|state| {
+                self.with(|r| {
+                    // SAFETY: the router is exclusive under its mutex, the policy live under its
+                    // read lock, the selector exclusive under its mutex; the request's arrays are
+                    // valid by its contract; `hashes` and `rows` are valid for their lengths.
+                    unsafe {
+                        match now {
+                            RouteTime::Units(now) => route::libroute_router_route(
+                                r,
+                                policy_raw,
+                                state.raw.as_ptr(),
+                                request,
+                                hashes.as_ptr(),
+                                hashes.len(),
+                                rows.as_mut_ptr(),
+                                rows.len(),
+                                id,
+                                now,
+                                out.as_mut_ptr(),
+                            ),
+                            RouteTime::Ms(now_ms) => route::libroute_router_route_at(
+                                r,
+                                policy_raw,
+                                state.raw.as_ptr(),
+                                request,
+                                hashes.as_ptr(),
+                                hashes.len(),
+                                rows.as_mut_ptr(),
+                                rows.len(),
+                                id,
+                                now_ms,
+                                out.as_mut_ptr(),
+                            ),
+                        }
+                    }
+                })
+            })
+        })?;
+        // SAFETY: written by the successful call above.
+        Ok(unsafe { out.assume_init() })
     }
 
     /// Runs the C call `f` on the live handle, holding the lock.
@@ -490,7 +557,7 @@ impl Router {
             &hashes,
             &candidates,
             id,
-            Now::Units(now),
+            RouteTime::Units(now),
         )
     }
 
@@ -525,7 +592,7 @@ impl Router {
             &hashes,
             &candidates,
             id,
-            Now::Ms(now_ms),
+            RouteTime::Ms(now_ms),
         )
     }
 

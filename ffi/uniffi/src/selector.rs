@@ -14,8 +14,8 @@ use crate::vocab::{
 };
 
 /// A selector's handle and the buffers it reuses between calls.
-struct SelectorState {
-    raw: NonNull<libroute_selector>,
+pub(crate) struct SelectorState {
+    pub(crate) raw: NonNull<libroute_selector>,
     capacity: usize,
     rows: Vec<libroute_row>,
 }
@@ -174,7 +174,7 @@ impl Selector {
     }
 
     /// Runs `f` on the live state, holding the lock.
-    fn with<R>(
+    pub(crate) fn with<R>(
         &self,
         f: impl FnOnce(&mut SelectorState) -> Result<R, RouteError>,
     ) -> Result<R, RouteError> {

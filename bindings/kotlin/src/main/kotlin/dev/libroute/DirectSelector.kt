@@ -6,19 +6,27 @@ import java.nio.ByteBuffer
 import java.nio.ByteOrder
 
 /**
- * The JVM fast path for the hot call: [select] over rows held in a direct [ByteBuffer] in the C
- * row layout (the layout of [packRows], [DirectSelector.ROW_BYTES] bytes per row), through JNI
- * rather than uniffi's JNA calls. The rows are read where they lie; the request is encoded into a
- * buffer this object reuses; the outcome comes back in another. Decisions and errors are
- * exactly [Selector.select]'s (the same C call, the same `RouteException` and detail), and
- * [Selector.lastCosts] afterwards reports this selection's candidates.
+ * The JVM fast path for the hot calls: [select], and with a [Router] [route] and [routeAt], over
+ * rows held in a direct [ByteBuffer] in the C row layout (the layout of [packRows],
+ * [DirectSelector.ROW_BYTES] bytes per row), through JNI rather than uniffi's JNA calls. The rows
+ * are read (and by a route, filled) where they lie; the request is encoded into a buffer this
+ * object reuses; the outcome comes back in another. Decisions and errors are exactly those of
+ * [Selector.select] and [Router.route] (the same C calls, the same `RouteException` and detail),
+ * and [Selector.lastCosts] afterwards reports the call's candidates.
  *
- * It holds its own references to [policy] and [selector], so releasing those elsewhere does not
- * free them under it; [close] gives its references back (so does the garbage collector). One
- * thread at a time: the buffers are per object (make one per thread, as with selectors).
+ * It holds its own references to [policy], [selector] and [router], so releasing those elsewhere
+ * does not free them under it; [close] gives its references back (so does the garbage
+ * collector). One thread at a time: the buffers are per object (make one per thread, as with
+ * selectors).
  */
-class DirectSelector(policy: Policy, selector: Selector) : AutoCloseable {
-    private val handles = Handles(policy.uniffiCloneHandle(), selector.uniffiCloneHandle())
+class DirectSelector(
+    policy: Policy,
+    selector: Selector,
+    router: Router? = null,
+) : AutoCloseable {
+    private val handles = Handles(
+        policy.uniffiCloneHandle(), selector.uniffiCloneHandle(), router?.uniffiCloneHandle() ?: 0L,
+    )
     private val cleanable = CLEANER.register(this, handles)
     private var request: ByteBuffer = direct(REQUEST_HEADER_BYTES + 16 * 8)
     private var requestAddress: Long = DirectLib.address0(request)
@@ -41,10 +49,45 @@ class DirectSelector(policy: Policy, selector: Selector) : AutoCloseable {
         require(bytes % ROW_BYTES == 0) {
             "$bytes bytes of rows is not a multiple of the row size $ROW_BYTES"
         }
-        val encoded = encode(request)
+        val encoded = encode(request, null)
         DirectLib.select0(
             handles.policy, handles.selector, requestAddress, encoded.capacity(),
             rows, rows.position(), bytes / ROW_BYTES, outAddress, out.capacity(),
+        )
+        return decode()
+    }
+
+    /**
+     * [Router.route] over rows in a direct buffer: looks up [hashes] (the request's chained block
+     * hashes) in the router's index, writes the cache and load it finds into the rows in place,
+     * selects, and books request [id] on the chosen worker at [now] (prediction units).
+     *
+     * @throws RouteException as [Router.route] does.
+     * @throws IllegalArgumentException as [select], or when [rows] is read-only.
+     * @throws IllegalStateException without a router, or after [close].
+     */
+    fun route(request: Request, hashes: LongArray, rows: ByteBuffer, id: ULong, now: ULong): Selection =
+        routeCall(request, hashes, rows, id, false, now.toLong(), 0.0)
+
+    /** [route] with the time in milliseconds, as [Router.routeAt]. */
+    fun routeAt(request: Request, hashes: LongArray, rows: ByteBuffer, id: ULong, nowMs: Double): Selection =
+        routeCall(request, hashes, rows, id, true, 0L, nowMs)
+
+    private fun routeCall(
+        request: Request, hashes: LongArray, rows: ByteBuffer, id: ULong, timed: Boolean, now: Long, nowMs: Double,
+    ): Selection {
+        check(!handles.closed) { "this DirectSelector is closed" }
+        check(handles.router != 0L) { "this DirectSelector was made without a Router" }
+        require(rows.isDirect) { "rows is not a direct ByteBuffer (use ByteBuffer.allocateDirect)" }
+        require(!rows.isReadOnly) { "rows is read-only: a route writes the cache and load it finds into them" }
+        val bytes = rows.remaining()
+        require(bytes % ROW_BYTES == 0) {
+            "$bytes bytes of rows is not a multiple of the row size $ROW_BYTES"
+        }
+        val encoded = encode(request, hashes)
+        DirectLib.route0(
+            handles.router, handles.policy, handles.selector, requestAddress, encoded.capacity(), hashes.size,
+            rows, rows.position(), bytes / ROW_BYTES, id.toLong(), timed, now, nowMs, outAddress, out.capacity(),
         )
         return decode()
     }
@@ -54,10 +97,10 @@ class DirectSelector(policy: Policy, selector: Selector) : AutoCloseable {
         cleanable.clean()
     }
 
-    private fun encode(r: Request): ByteBuffer {
+    private fun encode(r: Request, hashes: LongArray?): ByteBuffer {
         val taints = r.preferredTaints
         val hits = r.sharedHits
-        val size = REQUEST_HEADER_BYTES + 16 * (taints.size + (hits?.size ?: 0))
+        val size = REQUEST_HEADER_BYTES + 16 * (taints.size + (hits?.size ?: 0)) + 8 * (hashes?.size ?: 0)
         if (request.capacity() < size) {
             request = direct(size)
             requestAddress = DirectLib.address0(request)
@@ -94,6 +137,11 @@ class DirectSelector(policy: Policy, selector: Selector) : AutoCloseable {
             b.putLong(at + 8, h.end.toLong())
             at += 16
         }
+        if (hashes != null) {
+            b.position(at)
+            b.asLongBuffer().put(hashes)
+            b.position(0)
+        }
         return b
     }
 
@@ -119,12 +167,12 @@ class DirectSelector(policy: Policy, selector: Selector) : AutoCloseable {
     }
 
     /** The references this object owns, given back once: by [close] or by the cleaner. */
-    private class Handles(val policy: Long, val selector: Long) : Runnable {
+    private class Handles(val policy: Long, val selector: Long, val router: Long) : Runnable {
         @Volatile var closed = false
 
         override fun run() {
             closed = true
-            DirectLib.release0(policy, selector)
+            DirectLib.release0(policy, selector, router)
         }
     }
 
@@ -200,6 +248,26 @@ internal object DirectLib {
     @JvmStatic
     external fun address0(buffer: ByteBuffer): Long
 
+    /** Routes; as [select0], with the router, the hashes after the request's arrays, and the time. */
     @JvmStatic
-    external fun release0(policy: Long, selector: Long)
+    external fun route0(
+        router: Long,
+        policy: Long,
+        selector: Long,
+        request: Long,
+        requestCapacity: Int,
+        hashes: Int,
+        rows: ByteBuffer,
+        rowsOffset: Int,
+        rowsCount: Int,
+        id: Long,
+        timed: Boolean,
+        now: Long,
+        nowMs: Double,
+        out: Long,
+        outCapacity: Int,
+    ): Boolean
+
+    @JvmStatic
+    external fun release0(policy: Long, selector: Long, router: Long)
 }

@@ -102,4 +102,64 @@ class DirectSelectorTest {
             }
         }
     }
+
+    /** Two routers fed the same events: one routed through uniffi, one through the fast path. */
+    private fun twinRouters(): Pair<Router, Router> {
+        val routers = Router(RouterConfig(blockSlots = 256uL, requestSlots = 64uL)) to
+            Router(RouterConfig(blockSlots = 256uL, requestSlots = 64uL))
+        for (r in routers.toList()) {
+            for (w in 1..6) r.addWorker(Worker(w.toULong()))
+            r.applyKvEvents(
+                (1..6).map { w -> KvEvent.Stored(Worker(w.toULong()), Tier.DEVICE, (1..w).map { it.toULong() }) },
+            )
+        }
+        return routers
+    }
+
+    @Test
+    fun routesAsTheRouterDoesAndFillsTheRowsInPlace() {
+        val (viaUniffi, viaJni) = twinRouters()
+        val policy = Policy("""{"temperature": 0.3, "seed": 5}""")
+        val rows = (1..6).map { Row(Worker(it.toULong())) }
+        val a = Selector(8u, 1uL)
+        val b = Selector(8u, 1uL)
+        DirectSelector(policy, b, viaJni).use { direct ->
+            for (id in 1uL..20uL) {
+                val req = Request(promptTokens = 64uL + 16uL * (id % 5uL), blockSize = 16u, role = Role.AGGREGATED)
+                val hashes = (1..(4 + (id % 5uL).toInt())).map { it.toULong() }
+                val expected = viaUniffi.route(policy, a, req, hashes, rows, id, id)
+                val buffer = DirectSelector.directRows(rows)
+                val got = direct.route(req, hashes.map { it.toLong() }.toLongArray(), buffer, id, id)
+                assertEquals(expected.selection, got)
+                assertEquals(a.lastCosts(), b.lastCosts())
+                // The router wrote what it found into the buffer: the rows uniffi returned.
+                val filled = ByteArray(buffer.remaining())
+                buffer.duplicate().get(filled)
+                assertEquals(packRows(expected.routed()).toList(), filled.toList())
+            }
+            assertEquals(viaUniffi.counters(), viaJni.counters())
+            val dup = assertThrows(RouteException.DuplicateRequest::class.java) {
+                direct.route(request, longArrayOf(), DirectSelector.directRows(rows), 3uL, 99uL)
+            }
+            assertEquals(
+                assertThrows(RouteException.DuplicateRequest::class.java) {
+                    viaUniffi.route(policy, a, request, listOf(), rows, 3uL, 99uL)
+                }.detail,
+                dup.detail,
+            )
+            val timed = direct.routeAt(request, longArrayOf(1, 2), DirectSelector.directRows(rows), 100uL, 5_000.0)
+            assertEquals(timed, viaUniffi.routeAt(policy, a, request, listOf(1uL, 2uL), rows, 100uL, 5_000.0).selection)
+            val readOnly = DirectSelector.directRows(rows).asReadOnlyBuffer()
+            assertThrows(IllegalArgumentException::class.java) {
+                direct.route(request, longArrayOf(), readOnly, 101uL, 0uL)
+            }
+        }
+        DirectSelector(policy, b).use { noRouter ->
+            assertThrows(IllegalStateException::class.java) {
+                noRouter.route(request, longArrayOf(), DirectSelector.directRows(rows), 1uL, 0uL)
+            }
+        }
+    }
+
+    private fun Routed.routed(): List<Row> = rows
 }
