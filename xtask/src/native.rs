@@ -364,24 +364,24 @@ pub(crate) fn python_tests() -> Result {
     let root = root();
     let target = root.join("target");
     let tools = target.join("python-tools");
-    let pip_install = |python: &Path, args: &[&str]| {
-        run(Command::new(python)
-            .args([
-                "-m",
-                "pip",
-                "install",
-                "--quiet",
-                "--disable-pip-version-check",
-            ])
-            .args(args)
-            .current_dir(&target))
+    let pip_install = |python: &Path| {
+        let mut cmd = Command::new(python);
+        cmd.args([
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+        ])
+        .current_dir(&target);
+        cmd
     };
     let tools_python = tools.join("bin/python");
     if !tools_python.exists() {
         run(Command::new("python3").arg("-m").arg("venv").arg(&tools))
             .map_err(|e| format!("cannot create a Python virtual environment: {e}"))?;
     }
-    pip_install(&tools_python, &[MATURIN])?;
+    run(pip_install(&tools_python).arg(MATURIN))?;
     let wheels = target.join("wheels");
     let _ = std::fs::remove_dir_all(&wheels);
     run(Command::new(tools.join("bin/maturin"))
@@ -407,21 +407,13 @@ pub(crate) fn python_tests() -> Result {
         })
         .collect::<Vec<_>>()
         .join(":");
-    run(Command::new(&python)
-        .args([
-            "-m",
-            "pip",
-            "install",
-            "--quiet",
-            "--disable-pip-version-check",
-            "--only-binary=:all:",
-        ])
+    run(pip_install(&python)
+        .arg("--only-binary=:all:")
         .arg(&wheel)
         .args(["pytest", "numpy", MYPY])
         .env("PATH", &bare_path)
         .env_remove("CARGO")
-        .env_remove("RUSTUP_TOOLCHAIN")
-        .current_dir(&target))?;
+        .env_remove("RUSTUP_TOOLCHAIN"))?;
     run(Command::new(&python)
         .args(["-m", "pytest", "-q", "-p", "no:cacheprovider"])
         .arg(root.join("bindings/python/tests"))
@@ -437,10 +429,7 @@ pub(crate) fn python_tests() -> Result {
         .arg(root.join("bindings/python/examples/quickstart.py"))
         .current_dir(&target))?;
     // The source install the README shows: pip runs maturin (its build backend) itself.
-    pip_install(
-        &tools_python,
-        &[&root.join("bindings/python").display().to_string()],
-    )?;
+    run(pip_install(&tools_python).arg(root.join("bindings/python")))?;
     run(Command::new(&tools_python)
         .args(["-c", "import libroute; assert libroute.version()"])
         .current_dir(&target))
