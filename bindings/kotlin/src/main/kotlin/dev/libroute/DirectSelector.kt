@@ -16,8 +16,8 @@ import java.nio.ByteOrder
  *
  * It holds its own references to [policy], [selector] and [router], so releasing those elsewhere
  * does not free them under it; [close] gives its references back (so does the garbage
- * collector). One thread at a time: the buffers are per object (make one per thread, as with
- * selectors).
+ * collector). Thread-safe: calls on one object are serialized (its buffers are per object, and
+ * [close] waits for a call in flight), so give each thread its own, as with selectors.
  */
 class DirectSelector(
     policy: Policy,
@@ -42,6 +42,7 @@ class DirectSelector(
      *   not 8-byte aligned at its position.
      * @throws IllegalStateException after [close].
      */
+    @Synchronized
     fun select(request: Request, rows: ByteBuffer): Selection {
         check(!handles.closed) { "this DirectSelector is closed" }
         require(rows.isDirect) { "rows is not a direct ByteBuffer (use ByteBuffer.allocateDirect)" }
@@ -73,6 +74,7 @@ class DirectSelector(
     fun routeAt(request: Request, hashes: LongArray, rows: ByteBuffer, id: ULong, nowMs: Double): Selection =
         routeCall(request, hashes, rows, id, true, 0L, nowMs)
 
+    @Synchronized
     private fun routeCall(
         request: Request, hashes: LongArray, rows: ByteBuffer, id: ULong, timed: Boolean, now: Long, nowMs: Double,
     ): Selection {
@@ -92,7 +94,8 @@ class DirectSelector(
         return decode()
     }
 
-    /** Gives back this object's references to the policy and selector. Idempotent. */
+    /** Gives back this object's references to the policy, selector and router. Idempotent. */
+    @Synchronized
     override fun close() {
         cleanable.clean()
     }

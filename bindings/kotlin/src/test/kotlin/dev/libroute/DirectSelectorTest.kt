@@ -161,5 +161,26 @@ class DirectSelectorTest {
         }
     }
 
+    @Test
+    fun oneObjectFromManyThreadsIsSerialized() {
+        // Prompts longer than any cached prefix: each request has one cheapest row, so the answer does
+        // not depend on the random stream, only on the request each thread encodes.
+        val rows = (1..32).map { row(it, it, (it * 7) % 5) }
+        val buffer = DirectSelector.directRows(rows)
+        val policy = Policy("{}")
+        val requests = (0 until 4).map {
+            Request(promptTokens = 600uL + 300uL * it.toULong(), blockSize = 16u, role = Role.AGGREGATED)
+        }
+        val expected = requests.map { Selector(32u, 1uL).select(policy, it, rows) }
+        val direct = DirectSelector(policy, Selector(32u, 1uL))
+        val pool = java.util.concurrent.Executors.newFixedThreadPool(4)
+        val results = requests.map { r ->
+            pool.submit<Set<Selection>> { List(2_000) { direct.select(r, buffer.duplicate()) }.toSet() }
+        }.map { it.get() }
+        pool.shutdown()
+        assertEquals(expected.map { setOf(it) }, results)
+        direct.close()
+    }
+
     private fun Routed.routed(): List<Row> = rows
 }
