@@ -12,8 +12,9 @@
 //!
 //! Buffer layouts (little-endian, 8-byte aligned; `DirectSelector.kt` writes and reads them):
 //!
-//! `DirectSelector` passes its own two buffers by address (taken once, [`address0`]) and the
-//! caller's rows as a buffer object, whose address the JVM gives per call.
+//! `DirectSelector` passes every buffer by address and capacity: its own two buffers' addresses
+//! are taken once ([`address0`]), and the caller's rows buffer's whenever it is another object
+//! than the last one's, so a select in a loop over the same buffer calls nothing in the JVM.
 //!
 //! - request, [`RequestHeader`] then `preferred_taints_len` × `libroute_preferred_taint` (16
 //!   bytes: `taint` u32, 4 padding, `weight` f64) then `shared_hits_len` × `libroute_block_range`;
@@ -173,7 +174,7 @@ fn owned<T>(
     let start = start.wrapping_add(offset);
     if start.align_offset(align_of::<T>()) != 0 {
         return Err(Failure::Argument(format!(
-            "{what} is not {}-byte aligned",
+            "{what} at byte {offset} is not {}-byte aligned",
             align_of::<T>()
         )));
     }
@@ -194,36 +195,34 @@ unsafe fn object<'a, T>(handle: jlong, what: &str) -> Result<&'a T, Failure> {
     Ok(unsafe { &*p })
 }
 
-/// The rows of a direct buffer: `count` rows from byte `offset`, in place.
+/// The rows of a direct buffer, by the address [`address0`] gave for it and its capacity:
+/// `count` rows from byte `offset`, in place.
 ///
 /// # Safety
 ///
-/// As [`direct`]; the rows are read or written only during the call that received `rows`.
-unsafe fn rows_at<'a>(
-    env: *mut JNIEnv,
-    rows: jobject,
-    offset: jint,
-    count: jint,
-) -> Result<&'a mut [libroute_row], Failure> {
+/// `rows` must be the address and capacity of a direct buffer the caller keeps alive, whose rows
+/// nothing else touches during the call.
+unsafe fn rows_at<'a>(rows: Rows) -> Result<&'a mut [libroute_row], Failure> {
+    let (address, capacity, offset, count) = rows;
     let (Ok(at), Ok(n)) = (usize::try_from(offset), usize::try_from(count)) else {
         return Err(Failure::Argument(format!(
             "rows offset {offset} or count {count} is negative"
         )));
     };
-    // SAFETY: as `direct` requires (the caller's contract).
-    let start = unsafe {
-        direct::<libroute_row>(
-            env,
-            rows,
-            "rows",
-            at,
-            n.saturating_mul(size_of::<libroute_row>()),
-        )?
-    };
+    let start = owned::<libroute_row>(
+        address,
+        capacity,
+        "rows",
+        at,
+        n.saturating_mul(size_of::<libroute_row>()),
+    )?;
     // SAFETY: checked to hold `n` aligned rows; every bit pattern is a valid row; the buffer
-    // stays reachable from the caller's frame for the call, and nothing else touches it.
+    // is alive and untouched for the call (the caller's contract).
     Ok(unsafe { std::slice::from_raw_parts_mut(start, n) })
 }
+
+/// A rows buffer as `DirectSelector` passes it: address, capacity, byte offset, row count.
+type Rows = (jlong, jint, jint, jint);
 
 /// The encoded request in `DirectSelector`'s buffer, and the `hashes` block hashes after its
 /// arrays.
@@ -330,13 +329,10 @@ unsafe fn write_outcome(
 /// capacities of direct buffers the caller keeps alive and does not touch during the call.
 #[allow(clippy::too_many_arguments, reason = "the JNI method's arguments")]
 unsafe fn select(
-    env: *mut JNIEnv,
     policy: jlong,
     selector: jlong,
     request: (jlong, jint),
-    rows: jobject,
-    rows_offset: jint,
-    rows_count: jint,
+    rows: Rows,
     out: (jlong, jint),
 ) -> Result<(), Failure> {
     // SAFETY: the caller's contract.
@@ -344,7 +340,7 @@ unsafe fn select(
         (
             object::<Policy>(policy, "policy")?,
             object::<Selector>(selector, "selector")?,
-            rows_at(env, rows, rows_offset, rows_count)?,
+            rows_at(rows)?,
         )
     };
     // SAFETY: the caller's contract.
@@ -363,11 +359,10 @@ unsafe fn select(
 /// As [`select`], and `router` likewise.
 #[allow(clippy::too_many_arguments, reason = "the JNI method's arguments")]
 unsafe fn route(
-    env: *mut JNIEnv,
     handles: (jlong, jlong, jlong),
     request: (jlong, jint),
     hashes: jint,
-    rows: (jobject, jint, jint),
+    rows: Rows,
     id: jlong,
     now: RouteTime,
     out: (jlong, jint),
@@ -378,7 +373,7 @@ unsafe fn route(
             object::<Router>(handles.0, "router")?,
             object::<Policy>(handles.1, "policy")?,
             object::<Selector>(handles.2, "selector")?,
-            rows_at(env, rows.0, rows.1, rows.2)?,
+            rows_at(rows)?,
         )
     };
     let Ok(hashes) = usize::try_from(hashes) else {
@@ -471,7 +466,8 @@ pub(crate) unsafe extern "system" fn Java_dev_libroute_DirectLib_select0(
     selector: jlong,
     request: jlong,
     request_capacity: jint,
-    rows: jobject,
+    rows: jlong,
+    rows_capacity: jint,
     rows_offset: jint,
     rows_count: jint,
     out: jlong,
@@ -480,13 +476,10 @@ pub(crate) unsafe extern "system" fn Java_dev_libroute_DirectLib_select0(
     // SAFETY: the JVM's contract for a native method and `DirectSelector`'s (see `select`).
     let result = catch_unwind(AssertUnwindSafe(|| unsafe {
         select(
-            env,
             policy,
             selector,
             (request, request_capacity),
-            rows,
-            rows_offset,
-            rows_count,
+            (rows, rows_capacity, rows_offset, rows_count),
             (out, out_capacity),
         )
     }));
@@ -513,7 +506,8 @@ pub(crate) unsafe extern "system" fn Java_dev_libroute_DirectLib_route0(
     request: jlong,
     request_capacity: jint,
     hashes: jint,
-    rows: jobject,
+    rows: jlong,
+    rows_capacity: jint,
     rows_offset: jint,
     rows_count: jint,
     id: jlong,
@@ -531,11 +525,10 @@ pub(crate) unsafe extern "system" fn Java_dev_libroute_DirectLib_route0(
     // SAFETY: the JVM's contract for a native method and `DirectSelector`'s (see `route`).
     let result = catch_unwind(AssertUnwindSafe(|| unsafe {
         route(
-            env,
             (router, policy, selector),
             (request, request_capacity),
             hashes,
-            (rows, rows_offset, rows_count),
+            (rows, rows_capacity, rows_offset, rows_count),
             id,
             now,
             (out, out_capacity),

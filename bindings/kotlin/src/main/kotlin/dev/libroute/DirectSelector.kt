@@ -33,6 +33,19 @@ class DirectSelector(
     private val out: ByteBuffer = direct(OUTCOME_BYTES)
     private val outAddress: Long = DirectLib.address0(out)
 
+    /** The last rows buffer and its address: held, so its memory stays where the address says. */
+    private var lastRows: ByteBuffer? = null
+    private var lastRowsAddress: Long = 0L
+
+    /** The address of [rows]' memory, asked of the JVM only for another buffer than the last. */
+    private fun addressOf(rows: ByteBuffer): Long {
+        if (rows !== lastRows) {
+            lastRowsAddress = DirectLib.address0(rows)
+            lastRows = rows
+        }
+        return lastRowsAddress
+    }
+
     /**
      * Selects one of the rows in [rows] (from its position to its limit, whole rows) for
      * [request]. [rows] must be a direct buffer; its position and limit are not changed.
@@ -53,7 +66,7 @@ class DirectSelector(
         val encoded = encode(request, null)
         DirectLib.select0(
             handles.policy, handles.selector, requestAddress, encoded.capacity(),
-            rows, rows.position(), bytes / ROW_BYTES, outAddress, out.capacity(),
+            addressOf(rows), rows.capacity(), rows.position(), bytes / ROW_BYTES, outAddress, out.capacity(),
         )
         return decode()
     }
@@ -89,7 +102,8 @@ class DirectSelector(
         val encoded = encode(request, hashes)
         DirectLib.route0(
             handles.router, handles.policy, handles.selector, requestAddress, encoded.capacity(), hashes.size,
-            rows, rows.position(), bytes / ROW_BYTES, id.toLong(), timed, now, nowMs, outAddress, out.capacity(),
+            addressOf(rows), rows.capacity(), rows.position(), bytes / ROW_BYTES, id.toLong(), timed, now, nowMs,
+            outAddress, out.capacity(),
         )
         return decode()
     }
@@ -97,6 +111,7 @@ class DirectSelector(
     /** Gives back this object's references to the policy, selector and router. Idempotent. */
     @Synchronized
     override fun close() {
+        lastRows = null
         cleanable.clean()
     }
 
@@ -233,14 +248,15 @@ internal object DirectLib {
         }
     }
 
-    /** Selects; [request] and [out] are addresses from [address0] of buffers the caller keeps. */
+    /** Selects; [request], [rows] and [out] are addresses from [address0] of buffers the caller keeps. */
     @JvmStatic
     external fun select0(
         policy: Long,
         selector: Long,
         request: Long,
         requestCapacity: Int,
-        rows: ByteBuffer,
+        rows: Long,
+        rowsCapacity: Int,
         rowsOffset: Int,
         rowsCount: Int,
         out: Long,
@@ -260,7 +276,8 @@ internal object DirectLib {
         request: Long,
         requestCapacity: Int,
         hashes: Int,
-        rows: ByteBuffer,
+        rows: Long,
+        rowsCapacity: Int,
         rowsOffset: Int,
         rowsCount: Int,
         id: Long,
