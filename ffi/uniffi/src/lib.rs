@@ -1,16 +1,18 @@
-//! The uniffi facade of libroute: the Kotlin, Swift and Python bindings are generated from this
-//! crate's library (`cargo xtask codegen`, uniffi's library mode).
+//! The object facade of libroute: safe Rust objects and records over the C ABI. The Kotlin and
+//! Swift bindings are generated from this crate's library (`cargo xtask codegen`, uniffi's
+//! library mode), the Python extension (`bindings/python`, PyO3) wraps its objects, and the JVM's
+//! fast path calls into it through JNI.
 //!
 //! Every method here is a safe wrapper over the C ABI (`libroute-ffi`), called in-process: the
 //! bindings make exactly the checks, decisions and errors that C and Go make, and the one place
-//! that turns a `libroute_status` into a foreign exception is `RouteError::from_status`.
+//! that turns a `libroute_status` into an error is `RouteError::from_status`.
 //!
 //! One module per object, as in the C ABI: [`Policy`] (`policy`), [`Selector`] (`selector`),
 //! [`Router`] (`router`), [`PolicySet`] (`policy_set`); the records they pass by value and their
 //! conversions to the C structs in `vocab`, and [`RouteError`] in `error`.
 //!
-//! The JVM's fast path, `dev.libroute.DirectSelector`, reaches [`Selector::select_raw`] through
-//! JNI in `jni`, bypassing uniffi's calls for the hot select.
+//! The JVM's fast path, `dev.libroute.DirectSelector`, reaches [`Selector::select_raw`] and
+//! [`Router::route_raw`] through JNI in `jni`, bypassing uniffi's calls for the hot calls.
 //!
 //! Objects are thread-safe: a [`Policy`] is immutable and shared freely; a [`Selector`] and a
 //! [`Router`] serialize their calls with a mutex (give each thread its own selector to avoid
