@@ -446,7 +446,16 @@ const MATURIN: &str = "maturin==1.16.0";
 /// `mvn test`, with no library path set, so its select can only load the library from the JAR;
 /// then the JMH benchmarks are built (`bindings/kotlin/jmh`) and, with `bench`, run.
 pub(crate) fn kotlin_tests(bench: bool) -> Result {
-    crate::codegen::uniffi_library()?;
+    let library = crate::codegen::uniffi_library()?;
+    // The JAR ships the library without its debug information (1.8 MB instead of 10): a copy,
+    // stripped with binutils' `strip`, which the JAR's build reads instead of target/release.
+    let shipped = root().join("target/kotlin-native");
+    std::fs::create_dir_all(&shipped).map_err(|e| format!("{}: {e}", shipped.display()))?;
+    let copy = shipped.join(library.file_name().ok_or("the library has no file name")?);
+    std::fs::copy(&library, &copy).map_err(|e| format!("{}: {e}", copy.display()))?;
+    run(Command::new("strip").arg("--strip-debug").arg(&copy))
+        .map_err(|e| format!("cannot strip the JAR's library (binutils' strip): {e}"))?;
+    let library_dir = format!("-Dlibroute.library.dir={}", shipped.display());
     let dir = root().join("bindings/kotlin");
     let mvn = |dir: &Path, goal: &str| {
         let mut cmd = Command::new("mvn");
@@ -455,7 +464,7 @@ pub(crate) fn kotlin_tests(bench: bool) -> Result {
             .env_remove("LD_LIBRARY_PATH");
         cmd
     };
-    run(&mut mvn(&dir, "install"))?;
+    run(mvn(&dir, "install").arg(&library_dir))?;
     run(&mut mvn(&dir.join("consumer"), "test"))?;
     // The JMH benchmarks: built always (so they cannot rot), run with `bench`.
     let jmh = dir.join("jmh");
