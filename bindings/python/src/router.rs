@@ -9,7 +9,7 @@ use route_uniffi as u;
 use crate::errors::to_py;
 use crate::policy::Policy;
 use crate::records::{Request, Row, Selection, Worker};
-use crate::rows::with_rows;
+use crate::rows::{with_rows, with_rows_mut};
 use crate::selector::Selector;
 
 /// Sizes and weights of a `Router`; every slot count is a power of two of at least 8.
@@ -289,6 +289,36 @@ impl Router {
     }
 }
 
+impl Router {
+    #[allow(clippy::too_many_arguments, reason = "the route's inputs, forwarded")]
+    fn route_into_call(
+        &self,
+        policy: &Policy,
+        selector: &Selector,
+        request: &Request,
+        hashes: &[u64],
+        candidates: &Bound<'_, PyAny>,
+        id: u64,
+        now: u::RouteTime,
+    ) -> PyResult<Selection> {
+        let converted = u::CRequest::new(&request.inner);
+        let c_request = converted.c();
+        let selection = with_rows_mut(candidates, |rows| {
+            self.inner.route_raw(
+                &policy.inner,
+                &selector.inner,
+                &c_request,
+                hashes,
+                rows,
+                id,
+                now,
+            )
+        })?
+        .map_err(to_py)?;
+        Ok(u::Selection::from_c(&selection, Vec::new()).into())
+    }
+}
+
 #[pymethods]
 impl Router {
     #[new]
@@ -413,6 +443,54 @@ impl Router {
             candidates,
             id,
             Now::Ms(now_ms),
+        )
+    }
+
+    /// `route` for candidates in a writable NumPy array of `ROW_DTYPE` (or a `bytearray` of
+    /// packed rows): the router writes the cache and load it finds into the rows in place, and
+    /// the call returns only the selection (no `Row` objects are made).
+    #[allow(clippy::too_many_arguments, reason = "the route's inputs")]
+    fn route_into(
+        &self,
+        policy: PyRef<'_, Policy>,
+        selector: PyRef<'_, Selector>,
+        request: PyRef<'_, Request>,
+        hashes: Vec<u64>,
+        candidates: &Bound<'_, PyAny>,
+        id: u64,
+        now: u64,
+    ) -> PyResult<Selection> {
+        self.route_into_call(
+            &policy,
+            &selector,
+            &request,
+            &hashes,
+            candidates,
+            id,
+            u::RouteTime::Units(now),
+        )
+    }
+
+    /// `route_into` with the time in ms, as `route_at`.
+    #[allow(clippy::too_many_arguments, reason = "the route's inputs")]
+    fn route_into_at(
+        &self,
+        policy: PyRef<'_, Policy>,
+        selector: PyRef<'_, Selector>,
+        request: PyRef<'_, Request>,
+        hashes: Vec<u64>,
+        candidates: &Bound<'_, PyAny>,
+        id: u64,
+        now_ms: f64,
+    ) -> PyResult<Selection> {
+        self.route_into_call(
+            &policy,
+            &selector,
+            &request,
+            &hashes,
+            candidates,
+            id,
+            u::RouteTime::Ms(now_ms),
         )
     }
 

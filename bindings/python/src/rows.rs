@@ -39,7 +39,7 @@ pub(crate) fn with_rows<R>(
         }
         return Ok(f(&raw));
     }
-    let buffer = Exported::new(rows)?;
+    let buffer = Exported::new(rows, false)?;
     let bytes = buffer.bytes();
     if bytes.len() % ROW_BYTES != 0 {
         return Err(PyValueError::new_err(format!(
@@ -68,6 +68,52 @@ pub(crate) fn with_rows<R>(
             })
             .collect();
         Ok(f(&copy))
+    }
+}
+
+/// Runs `f` over the rows of a writable buffer of packed rows (a NumPy array of `ROW_DTYPE`,
+/// a `bytearray`), which `f` may change in place.
+pub(crate) fn with_rows_mut<R>(
+    rows: &Bound<'_, PyAny>,
+    f: impl FnOnce(&mut [libroute_row]) -> R,
+) -> PyResult<R> {
+    let buffer = Exported::new(rows, true)?;
+    let (start, len) = buffer.raw();
+    if len % ROW_BYTES != 0 {
+        return Err(PyValueError::new_err(format!(
+            "{len} bytes of packed rows is not a multiple of the row size {ROW_BYTES}"
+        )));
+    }
+    let n = len / ROW_BYTES;
+    if start.align_offset(align_of::<libroute_row>()) == 0 {
+        // SAFETY: the writable buffer holds `n` aligned rows and stays exported until `buffer`
+        // drops after `f`; we hold the GIL, so no Python code touches it meanwhile; every bit
+        // pattern is a valid row.
+        #[allow(clippy::cast_ptr_alignment, reason = "the alignment is checked above")]
+        let rows = unsafe { std::slice::from_raw_parts_mut(start.cast::<libroute_row>(), n) };
+        Ok(f(rows))
+    } else {
+        // A misaligned view: an aligned copy, written back after `f`.
+        // SAFETY: row `i` lies within the buffer's `n * ROW_BYTES` bytes; read unaligned.
+        let mut copy: Vec<libroute_row> = (0..n)
+            .map(|i| unsafe {
+                start
+                    .add(i * ROW_BYTES)
+                    .cast::<libroute_row>()
+                    .read_unaligned()
+            })
+            .collect();
+        let result = f(&mut copy);
+        for (i, row) in copy.iter().enumerate() {
+            // SAFETY: as above, and the buffer is writable.
+            unsafe {
+                start
+                    .add(i * ROW_BYTES)
+                    .cast::<libroute_row>()
+                    .write_unaligned(*row);
+            }
+        }
+        Ok(result)
     }
 }
 
@@ -109,8 +155,9 @@ struct Exported {
 }
 
 impl Exported {
-    /// Exports `obj`'s bytes, C-contiguous. A NumPy array must have `libroute.ROW_DTYPE`.
-    fn new(obj: &Bound<'_, PyAny>) -> PyResult<Self> {
+    /// Exports `obj`'s bytes, C-contiguous (and `writable`, when asked). A NumPy array must have
+    /// `libroute.ROW_DTYPE`.
+    fn new(obj: &Bound<'_, PyAny>, writable: bool) -> PyResult<Self> {
         let py = obj.py();
         // Plain byte containers carry no row type; anything else may (a NumPy array does).
         let untyped = obj.is_instance_of::<PyBytes>()
@@ -125,15 +172,28 @@ impl Exported {
         let mut view: Box<ffi::Py_buffer> = Box::new(unsafe { std::mem::zeroed() });
         // SAFETY: `obj` is a live object (we hold the GIL through `py`), `view` is writable.
         // PyBUF_SIMPLE asks for one contiguous run of bytes, as the rows need.
-        let status =
-            unsafe { ffi::PyObject_GetBuffer(obj.as_ptr(), &raw mut *view, ffi::PyBUF_SIMPLE) };
+        let flags = if writable {
+            ffi::PyBUF_SIMPLE | ffi::PyBUF_WRITABLE
+        } else {
+            ffi::PyBUF_SIMPLE
+        };
+        // SAFETY: as above.
+        let status = unsafe { ffi::PyObject_GetBuffer(obj.as_ptr(), &raw mut *view, flags) };
         if status != 0 {
             let cause = PyErr::fetch(py);
-            let err = PyTypeError::new_err(format!(
-                "rows must be a list of libroute.Row or a C-contiguous buffer of packed rows \
-                 (libroute.ROW_DTYPE), not a {}",
-                obj.get_type().name()?
-            ));
+            let err = PyTypeError::new_err(if writable {
+                format!(
+                    "rows must be a writable C-contiguous buffer of packed rows (a NumPy array \
+                     of libroute.ROW_DTYPE), not this {}",
+                    obj.get_type().name()?
+                )
+            } else {
+                format!(
+                    "rows must be a list of libroute.Row or a C-contiguous buffer of packed rows \
+                     (libroute.ROW_DTYPE), not a {}",
+                    obj.get_type().name()?
+                )
+            });
             err.set_cause(py, Some(cause));
             return Err(err);
         }
@@ -142,6 +202,15 @@ impl Exported {
             return Err(PyBufferError::new_err("the rows' buffer reports no memory"));
         }
         Ok(exported)
+    }
+
+    /// The exported memory's start and length, for writing.
+    fn raw(&self) -> (*mut u8, usize) {
+        let len = usize::try_from(self.view.len).unwrap_or(0);
+        match NonNull::new(self.view.buf.cast::<u8>()) {
+            Some(buf) => (buf.as_ptr(), len),
+            None => (NonNull::<libroute_row>::dangling().as_ptr().cast(), 0),
+        }
     }
 
     /// The exported bytes.

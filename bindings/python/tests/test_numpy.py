@@ -97,3 +97,43 @@ def test_the_router_takes_an_array_of_candidates():
     routed = router.route(libroute.Policy("{}"), libroute.Selector(2, 1), request, [1, 2, 3, 4], array, 9, 0)
     assert routed.selection.worker == b
     assert routed.rows[1].cache.device_blocks == 3
+
+
+def test_route_into_fills_the_array_in_place_as_route_fills_its_rows():
+    def router():
+        r = libroute.Router(libroute.RouterConfig(block_slots=256, request_slots=64))
+        for w in range(6):
+            r.add_worker(libroute.Worker(worker_id=w))
+            r.apply_kv_events(
+                [libroute.KvEvent.STORED(worker=libroute.Worker(worker_id=w), tier=libroute.Tier.DEVICE, hashes=list(range(1, w + 2)))]
+            )
+        return r
+
+    via_records, in_place = router(), router()
+    policy = libroute.Policy('{"temperature": 0.3, "seed": 5}')
+    a, b = libroute.Selector(8, 1), libroute.Selector(8, 1)
+    empty = fleet(6)
+    empty["flags"] = 0
+    rows = libroute.unpack_rows(empty)
+    for id in range(1, 21):
+        request = libroute.Request(prompt_tokens=64 + 16 * (id % 5), block_size=16, role=libroute.Role.AGGREGATED)
+        hashes = list(range(1, 5 + id % 5))
+        expected = via_records.route(policy, a, request, hashes, rows, id, id)
+        array = empty.copy()
+        got = in_place.route_into(policy, b, request, hashes, array, id, id)
+        assert got == expected.selection
+        assert libroute.unpack_rows(array) == expected.rows  # field by field (padding aside)
+        assert a.last_costs() == b.last_costs()
+    assert via_records.counters() == in_place.counters()
+    timed = in_place.route_into_at(policy, b, REQUEST, [1, 2], empty.copy(), 100, 5_000.0)
+    assert timed == via_records.route_at(policy, a, REQUEST, [1, 2], rows, 100, 5_000.0).selection
+    with pytest.raises(libroute.RouteError.DuplicateRequest):
+        in_place.route_into(policy, b, REQUEST, [], empty.copy(), 100, 0)
+    read_only = empty.copy()
+    read_only.setflags(write=False)
+    with pytest.raises(TypeError, match="writable"):
+        in_place.route_into(policy, b, REQUEST, [], read_only, 101, 0)
+    with pytest.raises(TypeError, match="writable"):
+        in_place.route_into(policy, b, REQUEST, [], bytes(104), 102, 0)
+    with pytest.raises(TypeError, match="dtype"):
+        in_place.route_into(policy, b, REQUEST, [], np.zeros(13), 103, 0)

@@ -367,7 +367,9 @@ pub struct Selection {
 }
 
 impl Selection {
-    pub(crate) fn from_c(s: &libroute_selection, contributions: Vec<f64>) -> Self {
+    /// The record of a C selection, with the contributions the call wrote.
+    #[must_use]
+    pub fn from_c(s: &libroute_selection, contributions: Vec<f64>) -> Self {
         let reason = if s.reason == libroute_reason::Pinned as u32 {
             PickReason::Pinned
         } else if s.reason == libroute_reason::MinCost as u32 {
@@ -413,14 +415,17 @@ pub struct Inputs {
 }
 
 /// Converts a request record for the C ABI; the arrays it points into live in `self`.
-pub(crate) struct CRequest {
+#[derive(Debug)]
+pub struct CRequest {
     preferred: Vec<libroute_preferred_taint>,
     hits: Vec<libroute_block_range>,
     request: libroute_request,
 }
 
 impl CRequest {
-    pub(crate) fn new(r: &Request) -> Self {
+    /// Converts `r`, copying its arrays.
+    #[must_use]
+    pub fn new(r: &Request) -> Self {
         let preferred: Vec<libroute_preferred_taint> = r
             .preferred_taints
             .iter()
@@ -470,7 +475,8 @@ impl CRequest {
     }
 
     /// The C request, pointing into `self`'s arrays (valid while `self` is borrowed).
-    pub(crate) fn c(&self) -> libroute_request {
+    #[must_use]
+    pub fn c(&self) -> libroute_request {
         libroute_request {
             preferred_taints: self.preferred.as_ptr(),
             shared_hits: self.hits.as_ptr(),

@@ -135,6 +135,8 @@ class DirectSelectorTest {
                 // The router wrote what it found into the buffer: the rows uniffi returned.
                 val filled = ByteArray(buffer.remaining())
                 buffer.duplicate().get(filled)
+                // Bytes 12 to 15 of a row are padding, which the router may copy as it finds it.
+                for (r in filled.indices step DirectSelector.ROW_BYTES) for (k in 12..15) filled[r + k] = 0
                 assertEquals(packRows(expected.routed()).toList(), filled.toList())
             }
             assertEquals(viaUniffi.counters(), viaJni.counters())
