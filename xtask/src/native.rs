@@ -420,13 +420,14 @@ pub(crate) fn python_tests() -> Result {
         .env("PATH", &bare_path)
         .current_dir(&target))?;
     // The type stubs: equal to the extension's real classes and signatures (stubtest), and
-    // enough for `mypy --strict` on the README's example.
+    // enough for `mypy --strict` on the examples (objects, and NumPy arrays of rows).
     run(Command::new(&python)
         .args(["-m", "mypy.stubtest", "libroute._native"])
         .current_dir(&target))?;
     run(Command::new(&python)
         .args(["-m", "mypy", "--strict", "--no-incremental"])
         .arg(root.join("bindings/python/examples/quickstart.py"))
+        .arg(root.join("bindings/python/examples/numpy_rows.py"))
         .current_dir(&target))?;
     // The source install the README shows: pip runs maturin (its build backend) itself.
     run(pip_install(&tools_python).arg(root.join("bindings/python")))?;

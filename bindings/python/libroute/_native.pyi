@@ -2,6 +2,8 @@
 
 from typing import ClassVar, Final, Sequence, final
 
+import numpy as np
+import numpy.typing as npt
 from typing_extensions import Buffer, Self, disjoint_base
 
 __all__ = [
@@ -45,7 +47,9 @@ ERROR_STATUSES: Final[list[tuple[str, int]]]
 
 #: Rows: a sequence of `Row`, or a C-contiguous buffer of packed rows (a NumPy array of
 #: `ROW_DTYPE`, `bytes` from `pack_rows`), read in place.
-_Rows = Sequence[Row] | Buffer
+_Rows = Sequence[Row] | Buffer | npt.NDArray[np.void]
+#: Rows a route fills in place: a writable buffer, such as a NumPy array of `ROW_DTYPE`.
+_WritableRows = Buffer | npt.NDArray[np.void]
 
 def version() -> str: ...
 def pack_rows(rows: _Rows) -> bytes: ...
@@ -395,10 +399,10 @@ class Router:
         self, policy: Policy, selector: Selector, request: Request, hashes: Sequence[int], candidates: _Rows, id: int, now_ms: float
     ) -> Routed: ...
     def route_into(
-        self, policy: Policy, selector: Selector, request: Request, hashes: Sequence[int], candidates: Buffer, id: int, now: int
+        self, policy: Policy, selector: Selector, request: Request, hashes: Sequence[int], candidates: _WritableRows, id: int, now: int
     ) -> Selection: ...
     def route_into_at(
-        self, policy: Policy, selector: Selector, request: Request, hashes: Sequence[int], candidates: Buffer, id: int, now_ms: float
+        self, policy: Policy, selector: Selector, request: Request, hashes: Sequence[int], candidates: _WritableRows, id: int, now_ms: float
     ) -> Selection: ...
     def counters(self) -> RouterCounters: ...
     def release(self) -> None: ...
