@@ -13,7 +13,7 @@ use route::{
 use crate::error::{RouteError, check, closed};
 use crate::policy::Policy;
 use crate::selector::Selector;
-use crate::vocab::{Request, Row, Selection, Worker};
+use crate::vocab::{CRequest, Request, Row, Selection, Worker};
 
 /// Sizes and weights of a [`Router`]; every slot count is a power of two of at least 8.
 #[derive(Debug, Clone, Copy, PartialEq, uniffi::Record)]
@@ -212,53 +212,12 @@ impl Router {
         id: u64,
         now: RouteTime,
     ) -> Result<Routed, RouteError> {
-        let mut filled = Vec::new();
-        let fill = |buffer: &mut Vec<libroute_row>| {
-            buffer.extend(candidates.iter().map(libroute_row::from));
-            Ok(())
-        };
-        let out = selector.run_selection(policy, request, fill, |c| {
-            self.with(|r| {
-                // SAFETY: `run_selection`'s pointers are valid for the call (see
-                // `SelectionCall`), the router exclusive under its mutex; `hashes` and the rows
-                // are valid for their lengths.
-                unsafe {
-                    match now {
-                        RouteTime::Units(now) => route::libroute_router_route(
-                            r,
-                            c.policy,
-                            c.selector,
-                            c.request,
-                            hashes.as_ptr(),
-                            hashes.len(),
-                            c.rows.as_mut_ptr(),
-                            c.rows.len(),
-                            id,
-                            now,
-                            c.out,
-                        ),
-                        RouteTime::Ms(now_ms) => route::libroute_router_route_at(
-                            r,
-                            c.policy,
-                            c.selector,
-                            c.request,
-                            hashes.as_ptr(),
-                            hashes.len(),
-                            c.rows.as_mut_ptr(),
-                            c.rows.len(),
-                            id,
-                            now_ms,
-                            c.out,
-                        ),
-                    }
-                }
-            })?;
-            filled.extend(c.rows.iter().map(Row::from));
-            Ok(())
-        })?;
+        let converted = CRequest::new(request);
+        let mut rows: Vec<libroute_row> = candidates.iter().map(libroute_row::from).collect();
+        let out = self.route_raw(policy, selector, &converted.c(), hashes, &mut rows, id, now)?;
         Ok(Routed {
             selection: Selection::from_c(&out, Vec::new()),
-            rows: filled,
+            rows: rows.iter().map(Row::from).collect(),
         })
     }
 
