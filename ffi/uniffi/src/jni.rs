@@ -106,53 +106,23 @@ impl From<RouteError> for Failure {
     }
 }
 
-/// The live memory of a direct buffer, checked to hold `bytes` from `offset`, aligned for `T`.
+/// The address of a direct buffer's memory. Sizes and alignment are checked where the address
+/// is used ([`owned`]), against the capacity the caller passes with it.
 ///
 /// # Safety
 ///
 /// `env` must be the calling thread's JNI environment and `buffer` a local reference.
-unsafe fn direct<T>(
-    env: *mut JNIEnv,
-    buffer: jobject,
-    what: &str,
-    offset: usize,
-    bytes: usize,
-) -> Result<*mut T, Failure> {
+unsafe fn buffer_address(env: *mut JNIEnv, buffer: jobject) -> Result<*mut u8, String> {
     if buffer.is_null() {
-        return Err(Failure::Argument(format!("{what} is null")));
+        return Err("buffer is null".to_owned());
     }
-    // SAFETY: a valid environment by contract; both functions exist since JNI 1.4.
-    let (address, capacity) = unsafe {
-        let functions = &**env;
-        let address = functions.GetDirectBufferAddress.map(|f| f(env, buffer));
-        let capacity = functions.GetDirectBufferCapacity.map(|f| f(env, buffer));
-        (address, capacity)
-    };
-    let (Some(address), Some(capacity)) = (address, capacity) else {
-        return Err(Failure::Argument(
-            "this JVM has no direct buffer access".to_owned(),
-        ));
-    };
-    if address.is_null() || capacity < 0 {
-        return Err(Failure::Argument(format!(
-            "{what} is not a direct ByteBuffer"
-        )));
+    // SAFETY: a valid environment by contract; the function exists since JNI 1.4.
+    let address = unsafe { (**env).GetDirectBufferAddress.map(|f| f(env, buffer)) };
+    match address {
+        None => Err("this JVM has no direct buffer access".to_owned()),
+        Some(address) if address.is_null() => Err("buffer is not a direct ByteBuffer".to_owned()),
+        Some(address) => Ok(address.cast::<u8>()),
     }
-    let capacity = usize::try_from(capacity).unwrap_or(0);
-    if offset.checked_add(bytes).is_none_or(|end| end > capacity) {
-        return Err(Failure::Argument(format!(
-            "{what} holds {capacity} bytes, not {bytes} from byte {offset}"
-        )));
-    }
-    // SAFETY: `offset` is within the buffer's capacity (checked).
-    let start = unsafe { address.cast::<u8>().add(offset) };
-    if start.align_offset(align_of::<T>()) != 0 {
-        return Err(Failure::Argument(format!(
-            "{what} at byte {offset} is not {}-byte aligned",
-            align_of::<T>()
-        )));
-    }
-    Ok(start.cast::<T>())
 }
 
 /// The memory of one of `DirectSelector`'s own buffers, by the address [`address0`] gave it:
@@ -552,14 +522,13 @@ pub(crate) unsafe extern "system" fn Java_dev_libroute_DirectLib_address0(
     buffer: jobject,
 ) -> jlong {
     // SAFETY: the JVM's environment and a local reference of this call.
-    match unsafe { direct::<u8>(env, buffer, "buffer", 0, 0) } {
+    match unsafe { buffer_address(env, buffer) } {
         Ok(address) => i64::from_ne_bytes((address as usize as u64).to_ne_bytes()),
-        Err(Failure::Argument(message)) => {
+        Err(message) => {
             // SAFETY: as above; no exception is pending.
             unsafe { throw(env, "java/lang/IllegalArgumentException", &message) };
             0
         }
-        Err(Failure::Route(_)) => 0,
     }
 }
 
