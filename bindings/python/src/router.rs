@@ -4,6 +4,7 @@
 use std::sync::Arc;
 
 use pyo3::prelude::*;
+use route::libroute_row;
 use route_uniffi as u;
 
 use crate::errors::to_py;
@@ -248,48 +249,30 @@ pub(crate) struct Router {
     inner: Arc<u::Router>,
 }
 
-/// When a route is made: prediction units or milliseconds.
-enum Now {
-    Units(u64),
-    Ms(f64),
-}
-
 impl Router {
+    /// The body of `route` and `route_at`: the candidates copied, filled by the router and
+    /// returned as rows.
     #[allow(clippy::too_many_arguments, reason = "the route's inputs, forwarded")]
     fn route_call(
         &self,
         policy: &Policy,
         selector: &Selector,
         request: &Request,
-        hashes: Vec<u64>,
+        hashes: &[u64],
         candidates: &Bound<'_, PyAny>,
         id: u64,
-        now: Now,
+        now: u::RouteTime,
     ) -> PyResult<Routed> {
-        let records: Vec<u::Row> =
-            with_rows(candidates, |rows| rows.iter().map(u::Row::from).collect())?;
-        let (policy, selector, request) = (
-            policy.inner.clone(),
-            selector.inner.clone(),
-            request.inner.clone(),
-        );
-        let routed = match now {
-            Now::Units(now) => self
-                .inner
-                .route(policy, selector, request, hashes, records, id, now),
-            Now::Ms(now_ms) => self
-                .inner
-                .route_at(policy, selector, request, hashes, records, id, now_ms),
-        }
-        .map_err(to_py)?;
+        let mut rows = with_rows(candidates, <[libroute_row]>::to_vec)?;
+        let selection = self.route_rows(policy, selector, request, hashes, &mut rows, id, now)?;
         Ok(Routed {
-            selection: routed.selection.into(),
-            rows: routed.rows.iter().map(Row::from).collect(),
+            selection,
+            // Through the record, as every binding returns them: what a row carries is its flags.
+            rows: rows.iter().map(|r| Row::from(&u::Row::from(r))).collect(),
         })
     }
-}
 
-impl Router {
+    /// The body of `route_into` and `route_into_at`: the candidates filled in place.
     #[allow(clippy::too_many_arguments, reason = "the route's inputs, forwarded")]
     fn route_into_call(
         &self,
@@ -301,20 +284,36 @@ impl Router {
         id: u64,
         now: u::RouteTime,
     ) -> PyResult<Selection> {
+        with_rows_mut(candidates, |rows| {
+            self.route_rows(policy, selector, request, hashes, rows, id, now)
+        })?
+    }
+
+    /// One route over C rows, which the router fills with the cache and load it finds.
+    #[allow(clippy::too_many_arguments, reason = "the route's inputs, forwarded")]
+    fn route_rows(
+        &self,
+        policy: &Policy,
+        selector: &Selector,
+        request: &Request,
+        hashes: &[u64],
+        rows: &mut [libroute_row],
+        id: u64,
+        now: u::RouteTime,
+    ) -> PyResult<Selection> {
         let converted = u::CRequest::new(&request.inner);
-        let c_request = converted.c();
-        let selection = with_rows_mut(candidates, |rows| {
-            self.inner.route_raw(
+        let selection = self
+            .inner
+            .route_raw(
                 &policy.inner,
                 &selector.inner,
-                &c_request,
+                &converted.c(),
                 hashes,
                 rows,
                 id,
                 now,
             )
-        })?
-        .map_err(to_py)?;
+            .map_err(to_py)?;
         Ok(u::Selection::from_c(&selection, Vec::new()).into())
     }
 }
@@ -416,10 +415,10 @@ impl Router {
             &policy,
             &selector,
             &request,
-            hashes,
+            &hashes,
             candidates,
             id,
-            Now::Units(now),
+            u::RouteTime::Units(now),
         )
     }
 
@@ -439,10 +438,10 @@ impl Router {
             &policy,
             &selector,
             &request,
-            hashes,
+            &hashes,
             candidates,
             id,
-            Now::Ms(now_ms),
+            u::RouteTime::Ms(now_ms),
         )
     }
 

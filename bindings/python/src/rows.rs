@@ -215,12 +215,10 @@ impl Exported {
 
     /// The exported bytes.
     fn bytes(&self) -> &[u8] {
-        let len = usize::try_from(self.view.len).unwrap_or(0);
-        match NonNull::new(self.view.buf.cast::<u8>()) {
-            // SAFETY: the exporter guarantees `len` readable bytes at `buf` while exported.
-            Some(buf) => unsafe { std::slice::from_raw_parts(buf.as_ptr(), len) },
-            None => &[],
-        }
+        let (start, len) = self.raw();
+        // SAFETY: the exporter guarantees `len` readable bytes at `start` while exported (`raw`
+        // gives a dangling, aligned pointer with 0 bytes for no memory).
+        unsafe { std::slice::from_raw_parts(start, len) }
     }
 }
 
