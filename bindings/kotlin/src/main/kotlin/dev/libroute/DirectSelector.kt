@@ -57,16 +57,11 @@ class DirectSelector(
      */
     @Synchronized
     fun select(request: Request, rows: ByteBuffer): Selection {
-        check(!handles.closed) { "this DirectSelector is closed" }
-        require(rows.isDirect) { "rows is not a direct ByteBuffer (use ByteBuffer.allocateDirect)" }
-        val bytes = rows.remaining()
-        require(bytes % ROW_BYTES == 0) {
-            "$bytes bytes of rows is not a multiple of the row size $ROW_BYTES"
-        }
+        val count = rowCount(rows)
         val encoded = encode(request, null)
         DirectLib.select0(
             handles.policy, handles.selector, requestAddress, encoded.capacity(),
-            addressOf(rows), rows.capacity(), rows.position(), bytes / ROW_BYTES, outAddress, out.capacity(),
+            addressOf(rows), rows.capacity(), rows.position(), count, outAddress, out.capacity(),
         )
         return decode()
     }
@@ -91,21 +86,27 @@ class DirectSelector(
     private fun routeCall(
         request: Request, hashes: LongArray, rows: ByteBuffer, id: ULong, timed: Boolean, now: Long, nowMs: Double,
     ): Selection {
-        check(!handles.closed) { "this DirectSelector is closed" }
+        val count = rowCount(rows)
         check(handles.router != 0L) { "this DirectSelector was made without a Router" }
-        require(rows.isDirect) { "rows is not a direct ByteBuffer (use ByteBuffer.allocateDirect)" }
         require(!rows.isReadOnly) { "rows is read-only: a route writes the cache and load it finds into them" }
+        val encoded = encode(request, hashes)
+        DirectLib.route0(
+            handles.router, handles.policy, handles.selector, requestAddress, encoded.capacity(), hashes.size,
+            addressOf(rows), rows.capacity(), rows.position(), count, id.toLong(), timed, now, nowMs,
+            outAddress, out.capacity(),
+        )
+        return decode()
+    }
+
+    /** The whole rows from [rows]' position to its limit, checked open, direct and whole. */
+    private fun rowCount(rows: ByteBuffer): Int {
+        check(!handles.closed) { "this DirectSelector is closed" }
+        require(rows.isDirect) { "rows is not a direct ByteBuffer (use ByteBuffer.allocateDirect)" }
         val bytes = rows.remaining()
         require(bytes % ROW_BYTES == 0) {
             "$bytes bytes of rows is not a multiple of the row size $ROW_BYTES"
         }
-        val encoded = encode(request, hashes)
-        DirectLib.route0(
-            handles.router, handles.policy, handles.selector, requestAddress, encoded.capacity(), hashes.size,
-            addressOf(rows), rows.capacity(), rows.position(), bytes / ROW_BYTES, id.toLong(), timed, now, nowMs,
-            outAddress, out.capacity(),
-        )
-        return decode()
+        return bytes / ROW_BYTES
     }
 
     /** Gives back this object's references to the policy, selector and router. Idempotent. */
