@@ -8,7 +8,7 @@
 //! `_free` function takes the box back once with [`Handle::free`]. No function casts a handle by
 //! hand.
 
-use crate::status::{boundary, fail, libroute_status};
+use crate::status::{Failure, guard, libroute_status};
 
 /// A C handle type and the Rust value its pointers point to.
 pub(crate) trait Handle: Sized {
@@ -39,9 +39,9 @@ pub(crate) trait Handle: Sized {
     ///
     /// `handle` must be NULL or a live pointer made by [`Handle::into_handle`] or
     /// [`Handle::borrowed`] for this type, not mutably borrowed elsewhere for `'a`.
-    unsafe fn get<'a>(handle: *const Self) -> Result<&'a Self::Target, libroute_status> {
+    unsafe fn get<'a>(handle: *const Self) -> Result<&'a Self::Target, Failure> {
         // SAFETY: by contract a non-NULL handle points to a live `Self::Target`.
-        unsafe { handle.cast::<Self::Target>().as_ref() }.ok_or_else(null::<Self>)
+        unsafe { handle.cast::<Self::Target>().as_ref() }.ok_or(Failure::null(Self::NAME))
     }
 
     /// Borrows the value behind `handle` mutably.
@@ -54,9 +54,9 @@ pub(crate) trait Handle: Sized {
     ///
     /// `handle` must be NULL or a live pointer made by [`Handle::into_handle`] for this type, not
     /// borrowed elsewhere for `'a` (the API's rule: one thread uses a selector or router at once).
-    unsafe fn get_mut<'a>(handle: *mut Self) -> Result<&'a mut Self::Target, libroute_status> {
+    unsafe fn get_mut<'a>(handle: *mut Self) -> Result<&'a mut Self::Target, Failure> {
         // SAFETY: by contract a non-NULL handle points to a live, unshared `Self::Target`.
-        unsafe { handle.cast::<Self::Target>().as_mut() }.ok_or_else(null::<Self>)
+        unsafe { handle.cast::<Self::Target>().as_mut() }.ok_or(Failure::null(Self::NAME))
     }
 
     /// Drops the value behind `handle` inside the panic boundary; NULL does nothing. Every
@@ -67,7 +67,7 @@ pub(crate) trait Handle: Sized {
     /// `handle` must be NULL or come from [`Handle::into_handle`] for this type, not freed before
     /// and not in use elsewhere.
     unsafe fn free(handle: *mut Self) {
-        let _ = boundary(|| {
+        let _ = guard(|| {
             if !handle.is_null() {
                 // SAFETY: by contract, a live `Box<Self::Target>` pointer freed once, here.
                 drop(unsafe { Box::from_raw(handle.cast::<Self::Target>()) });
@@ -77,22 +77,11 @@ pub(crate) trait Handle: Sized {
     }
 }
 
-/// The error of a NULL handle of type `H`, its detail recorded.
-fn null<H: Handle>() -> libroute_status {
-    fail(
-        libroute_status::NullArgument,
-        format_args!("{} is NULL", H::NAME),
-    )
-}
-
-/// Returns `$status` (with a detail message) if `$ptr` is NULL.
+/// Returns `Err(NULL_ARGUMENT)` ("`name` is NULL") if `$ptr` is NULL.
 macro_rules! non_null {
     ($ptr:expr, $name:literal) => {
         if $ptr.is_null() {
-            return $crate::status::fail(
-                $crate::status::libroute_status::NullArgument,
-                concat!($name, " is NULL"),
-            );
+            return Err($crate::status::Failure::null($name));
         }
     };
 }
@@ -111,4 +100,55 @@ pub(crate) unsafe fn slice<'a, T>(ptr: *const T, len: usize) -> Option<&'a [T]> 
         // SAFETY: non-NULL and, by this function's contract, valid for `len` reads.
         Some(unsafe { std::slice::from_raw_parts(ptr, len) })
     }
+}
+
+/// A `(pointer, length)` argument named `name` as a slice, read in place.
+///
+/// # Errors
+///
+/// `NULL_ARGUMENT` ("`name` is NULL with a non-zero length").
+///
+/// # Safety
+///
+/// As [`slice`].
+pub(crate) unsafe fn slice_arg<'a, T>(
+    ptr: *const T,
+    len: usize,
+    name: &'static str,
+) -> Result<&'a [T], Failure> {
+    // SAFETY: forwarded under this function's contract.
+    unsafe { slice(ptr, len) }.ok_or_else(|| null_with_length(name))
+}
+
+/// [`slice_arg`] for a buffer the call writes.
+///
+/// # Errors
+///
+/// As [`slice_arg`].
+///
+/// # Safety
+///
+/// A non-NULL `ptr` must point to `len` initialized `T`, valid for reads and writes and not
+/// accessed elsewhere for `'a`.
+pub(crate) unsafe fn slice_arg_mut<'a, T>(
+    ptr: *mut T,
+    len: usize,
+    name: &'static str,
+) -> Result<&'a mut [T], Failure> {
+    if len == 0 {
+        Ok(&mut [])
+    } else if ptr.is_null() {
+        Err(null_with_length(name))
+    } else {
+        // SAFETY: non-NULL and, by this function's contract, valid and unshared for `len`.
+        Ok(unsafe { std::slice::from_raw_parts_mut(ptr, len) })
+    }
+}
+
+#[cold]
+fn null_with_length(name: &str) -> Failure {
+    Failure::new(
+        libroute_status::NullArgument,
+        format_args!("{name} is NULL with a non-zero length"),
+    )
 }

@@ -24,17 +24,24 @@
 //!
 //! # Layout
 //!
-//! One module per handle: `policy` (`libroute_policy`), `selector` (`libroute_selector`,
+//! Two halves. `host` is the safe layer: the value behind each handle (`host::Policy`,
+//! `host::Selector`, `host::PolicySet`, `host::Router`) with every call's checks, each failure a
+//! [`Failure`] (a status and one sentence naming what was wrong); it has no unsafe code, and the
+//! object facade (`libroute-uniffi`) holds its values directly. The C ABI is the other half, one
+//! module per handle: `policy` (`libroute_policy`), `selector` (`libroute_selector`,
 //! `libroute_select`), `policy_set` (`libroute_policy_set`) and `router` (`libroute_router`: the
-//! index, the ledger and the predictions behind one handle). The C types they share (rows,
-//! requests, selections and their conversions) are in `vocab`, C-written filters and scorers in
-//! `components`, statuses and the thread's error detail in `status`, text out in `text`. Every
-//! handle follows one ownership story, `handle::Handle`: the Rust value it points to is boxed by
-//! `_new`, borrowed by each call and freed once by `_free`; no call casts a handle by hand. The
-//! header `libroute.h` is generated from these items' doc comments by cbindgen
-//! (`cargo xtask codegen`), so the header and the Rust docs are one text.
+//! index, the ledger and the predictions behind one handle), each export turning pointers into
+//! the safe layer's arguments and its `Failure` into a status and the thread's detail. The C
+//! types they share (rows, requests, selections, their conversions and [`RequestArgs`]) are in
+//! `vocab`, C-written filters and scorers in `components`, statuses, [`Failure`] and the
+//! boundary in `status`, text out in `text`. Every handle follows one ownership story,
+//! `handle::Handle`: the value it points to is boxed by `_new`, borrowed by each call and freed
+//! once by `_free`; no call casts a handle by hand. The header `libroute.h` is generated from
+//! these items' doc comments by cbindgen (`cargo xtask codegen`), so the header and the Rust docs
+//! are one text.
 
-// Why: this crate is the project's one audited home of unsafe code; every block says why it holds.
+// Why: the C half turns raw pointers into the safe layer's arguments; every block says why it
+// holds. (`host` forbids unsafe code in itself.)
 #![allow(
     unsafe_code,
     reason = "the C ABI needs raw pointers; each use carries a SAFETY comment"
@@ -55,6 +62,7 @@ mod vocab;
 mod policy;
 #[macro_use]
 mod selector;
+pub mod host;
 mod policy_set;
 mod router;
 mod text;
@@ -64,7 +72,7 @@ pub use policy::*;
 pub use policy_set::*;
 pub use router::*;
 pub use selector::*;
-pub use status::libroute_status;
+pub use status::{Failure, libroute_status};
 pub use text::*;
 pub use vocab::*;
 

@@ -1,74 +1,13 @@
 //! `libroute_policy`: an immutable policy, the default one configured by JSON, one of the
-//! catalog's, or the default cost and picker with C components.
+//! catalog's, or the default cost and picker with C components. Its logic is `host::Policy`.
 
 use std::ffi::c_char;
 
-use libroute_core::catalog::CatalogPolicy;
-use libroute_core::catalog_config::{self, CatalogError, PolicyConfig};
-use libroute_core::{
-    DefaultPicker, DefaultPolicy, DefaultPolicyConfig, Explanation, Leg, MAX_SCORERS, Policy,
-    Request, Row, Scorers, SelectError, Selection, Selector, WorkerInputs,
-};
-
-use crate::components::{
-    AbiFilters, AbiScorers, AnyScorer, CFilter, CScorer, libroute_filter, libroute_scorer,
-};
-use crate::handle::{Handle, slice};
-use crate::status::{boundary, fail, libroute_status};
+use crate::components::{libroute_filter, libroute_scorer};
+use crate::handle::{Handle, slice_arg};
+use crate::host::Policy;
+use crate::status::{boundary, libroute_status};
 use crate::vocab::{flag, role};
-
-/// A policy with custom C components.
-type ComposedPolicy = Policy<AbiFilters, AbiScorers, DefaultPicker>;
-
-/// The policy behind a handle: the plain default policy keeps the core's monomorphized type (the
-/// same machine code as a Rust caller's), a policy with callbacks is composed dynamically.
-pub(crate) enum AbiPolicy {
-    Default(DefaultPolicy),
-    Composed(ComposedPolicy),
-    /// A policy of the catalog, configured by type (`{"type": ...}`); boxed because its fixed
-    /// component storage is some 5 KB.
-    Catalog(Box<CatalogPolicy>),
-}
-
-/// Runs `$body` with `$p` bound to the concrete policy behind an [`AbiPolicy`].
-macro_rules! with_policy {
-    ($policy:expr, $p:ident => $body:expr) => {
-        match $policy {
-            AbiPolicy::Default($p) => $body,
-            AbiPolicy::Composed($p) => $body,
-            AbiPolicy::Catalog($p) => $body,
-        }
-    };
-}
-
-impl AbiPolicy {
-    pub(crate) fn scorer_count(&self) -> usize {
-        with_policy!(self, p => p.scorers().len())
-    }
-
-    pub(crate) fn inputs(&self, leg: Leg) -> WorkerInputs {
-        with_policy!(self, p => p.inputs(leg))
-    }
-
-    pub(crate) fn select<const N: usize>(
-        &self,
-        selector: &mut Selector<N>,
-        request: &Request<'_>,
-        rows: &[Row],
-    ) -> Result<Selection, SelectError> {
-        with_policy!(self, p => p.select(selector, request, rows))
-    }
-
-    pub(crate) fn select_explained<const N: usize>(
-        &self,
-        selector: &mut Selector<N>,
-        request: &Request<'_>,
-        rows: &[Row],
-        out: &mut [Explanation],
-    ) -> Result<Selection, SelectError> {
-        with_policy!(self, p => p.select_explained(selector, request, rows, out))
-    }
-}
 
 /// An immutable policy: the default cost and picker configured by JSON, plus any custom filters
 /// and scorers. Create with `libroute_policy_new` or `libroute_policy_new_default`; free with
@@ -79,173 +18,8 @@ pub struct libroute_policy {
 }
 
 impl Handle for libroute_policy {
-    type Target = AbiPolicy;
+    type Target = Policy;
     const NAME: &'static str = "policy";
-}
-
-/// Parses the knobs JSON of a default policy; errors are recorded with their detail.
-fn parse_config(json: &[u8]) -> Result<DefaultPolicyConfig, libroute_status> {
-    parse_json(json)
-}
-
-/// Parses a configuration; errors are recorded with their detail (an unknown key or type gives
-/// `UNKNOWN_KEY`, anything else `INVALID_JSON`), classified by the error's kind, not its text.
-pub(crate) fn parse_json<T: serde::de::DeserializeOwned>(
-    json: &[u8],
-) -> Result<T, libroute_status> {
-    let text = std::str::from_utf8(json).map_err(|e| {
-        fail(
-            libroute_status::InvalidJson,
-            format_args!("configuration is not UTF-8: {e}"),
-        )
-    })?;
-    catalog_config::parse::<T>(text).map_err(|e| {
-        let status = if e.is_unknown_name() {
-            libroute_status::UnknownKey
-        } else {
-            libroute_status::InvalidJson
-        };
-        fail(status, format_args!("configuration: {e}"))
-    })
-}
-
-/// The status of a catalog configuration that parsed but does not build: too many components,
-/// or a value out of range.
-pub(crate) fn catalog_status(e: &CatalogError) -> libroute_status {
-    match e.innermost() {
-        CatalogError::TooMany { .. } => libroute_status::TooManyComponents,
-        _ => libroute_status::InvalidKnob,
-    }
-}
-
-/// Whether `json` is a catalog policy: an object with a `"type"` key (the default policy's knobs
-/// have none).
-fn is_catalog(json: &[u8]) -> bool {
-    serde_json::from_slice::<serde_json::Map<String, serde_json::Value>>(json)
-        .is_ok_and(|object| object.contains_key("type"))
-}
-
-/// Builds a catalog policy from its JSON (`{"type": ...}`).
-fn catalog_policy(json: &[u8]) -> Result<Box<AbiPolicy>, libroute_status> {
-    let config: PolicyConfig = parse_json(json)?;
-    let policy = config
-        .build()
-        .map_err(|e| fail(catalog_status(&e), format_args!("policy: {e}")))?;
-    Ok(Box::new(AbiPolicy::Catalog(Box::new(policy))))
-}
-
-/// Builds the policy: the default knobs from `json` plus C components.
-///
-/// # Safety
-///
-/// Pointer arguments as documented on `libroute_policy_new_with_components`.
-unsafe fn build_policy(
-    json: *const c_char,
-    json_len: usize,
-    filters: *const libroute_filter,
-    filters_len: usize,
-    scorers: *const libroute_scorer,
-    scorers_len: usize,
-) -> Result<Box<AbiPolicy>, libroute_status> {
-    // SAFETY: the caller's contract: `json` holds `json_len` bytes when non-NULL.
-    let json = unsafe { slice(json.cast::<u8>(), json_len) }.ok_or_else(|| {
-        fail(
-            libroute_status::NullArgument,
-            "json is NULL with a non-zero length",
-        )
-    })?;
-    if is_catalog(json) {
-        if filters_len != 0 || scorers_len != 0 {
-            return Err(fail(
-                libroute_status::InvalidArgument,
-                "custom components compose with the default policy's knobs, not with a catalog \
-                 policy (a JSON object with \"type\")",
-            ));
-        }
-        return catalog_policy(json);
-    }
-    let config = if json.is_empty() {
-        DefaultPolicyConfig::default()
-    } else {
-        parse_config(json)?
-    };
-    let knobs = config.knobs().map_err(|e| fail((&e).into(), e))?;
-    // SAFETY: the caller's contract for both arrays.
-    let (filters, scorers) = unsafe { (slice(filters, filters_len), slice(scorers, scorers_len)) };
-    let filters = filters.ok_or_else(|| {
-        fail(
-            libroute_status::NullArgument,
-            "filters is NULL with a non-zero length",
-        )
-    })?;
-    let scorers = scorers.ok_or_else(|| {
-        fail(
-            libroute_status::NullArgument,
-            "scorers is NULL with a non-zero length",
-        )
-    })?;
-    if filters.is_empty() && scorers.is_empty() {
-        return knobs
-            .build()
-            .map(|p| Box::new(AbiPolicy::Default(p)))
-            .map_err(|e| fail((&e).into(), e));
-    }
-    if 1 + scorers.len() > MAX_SCORERS {
-        return Err(fail(
-            libroute_status::TooManyComponents,
-            format_args!(
-                "{} custom scorers: a policy sums at most {} with the default cost",
-                scorers.len(),
-                MAX_SCORERS - 1
-            ),
-        ));
-    }
-    let inputs = |bits: u8, what: &str, i: usize| {
-        WorkerInputs::from_bits(bits).ok_or_else(|| {
-            fail(
-                libroute_status::InvalidArgument,
-                format_args!("{what} {i} declares undefined input bits {bits:#x}"),
-            )
-        })
-    };
-    let mut c_filters = Vec::with_capacity(filters.len());
-    for (i, f) in filters.iter().enumerate() {
-        let callback = f.callback.ok_or_else(|| {
-            fail(
-                libroute_status::NullArgument,
-                format_args!("filter {i} has a NULL callback"),
-            )
-        })?;
-        c_filters.push(CFilter {
-            callback,
-            user_data: f.user_data,
-            inputs: inputs(f.inputs, "filter", i)?,
-        });
-    }
-    let mut all_scorers = vec![AnyScorer::Default(knobs.cost)];
-    for (i, s) in scorers.iter().enumerate() {
-        let callback = s.callback.ok_or_else(|| {
-            fail(
-                libroute_status::NullArgument,
-                format_args!("scorer {i} has a NULL callback"),
-            )
-        })?;
-        all_scorers.push(AnyScorer::C(CScorer {
-            callback,
-            user_data: s.user_data,
-            inputs: inputs(s.inputs, "scorer", i)?,
-        }));
-    }
-    let policy = Policy::new(
-        AbiFilters(c_filters),
-        AbiScorers(all_scorers),
-        DefaultPicker {
-            temperature: knobs.temperature,
-        },
-    )
-    .map_err(|e| fail(libroute_status::TooManyComponents, e))?
-    .with_seed(knobs.seed);
-    Ok(Box::new(AbiPolicy::Composed(policy)))
 }
 
 /// Creates the default policy from JSON configuration: an object of the default policy's knobs
@@ -320,15 +94,18 @@ pub unsafe extern "C" fn libroute_policy_new_with_components(
 ) -> libroute_status {
     boundary(|| {
         non_null!(out, "out");
-        // SAFETY: forwarded under this function's contract.
-        match unsafe { build_policy(json, json_len, filters, filters_len, scorers, scorers_len) } {
-            Ok(policy) => {
-                // SAFETY: `out` is non-NULL and, by contract, valid for a write.
-                unsafe { out.write(libroute_policy::into_handle(policy)) };
-                libroute_status::Ok
-            }
-            Err(status) => status,
-        }
+        // SAFETY: the caller's contract: each array holds its length (NULL allowed for 0).
+        let (json, filters, scorers) = unsafe {
+            (
+                slice_arg(json.cast::<u8>(), json_len, "json")?,
+                slice_arg(filters, filters_len, "filters")?,
+                slice_arg(scorers, scorers_len, "scorers")?,
+            )
+        };
+        let policy = Box::new(Policy::with_components(json, filters, scorers)?);
+        // SAFETY: `out` is non-NULL and, by contract, valid for a write.
+        unsafe { out.write(libroute_policy::into_handle(policy)) };
+        Ok(())
     })
 }
 
@@ -361,22 +138,13 @@ pub unsafe extern "C" fn libroute_policy_inputs(
     boundary(|| {
         non_null!(out, "out");
         // SAFETY: by contract `policy` is NULL or live.
-        let policy = match unsafe { libroute_policy::get(policy) } {
-            Ok(policy) => policy,
-            Err(status) => return status,
-        };
-        let leg = match (
-            self::role(role),
-            flag(conditional_disagg, "conditional_disagg"),
-        ) {
-            (Ok(role), Ok(conditional_disagg)) => Leg {
-                role,
-                conditional_disagg,
-            },
-            (Err(s), _) | (_, Err(s)) => return s,
-        };
+        let policy = unsafe { libroute_policy::get(policy) }?;
+        let inputs = policy.inputs(
+            self::role(role)?,
+            flag(conditional_disagg, "conditional_disagg")?,
+        );
         // SAFETY: `out` is non-NULL and valid for a write by contract.
-        unsafe { out.write(policy.inputs(leg).bits()) };
-        libroute_status::Ok
+        unsafe { out.write(inputs.bits()) };
+        Ok(())
     })
 }

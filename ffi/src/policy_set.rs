@@ -2,12 +2,10 @@
 
 use std::ffi::c_char;
 
-use libroute_core::Role;
-use libroute_core::catalog_config::PolicySetConfig;
-
 use crate::handle::{Handle, slice};
-use crate::policy::{AbiPolicy, catalog_status, libroute_policy, parse_json};
-use crate::status::{boundary, fail, libroute_status};
+use crate::host::{Policy, PolicySet};
+use crate::policy::libroute_policy;
+use crate::status::{Failure, boundary, libroute_status};
 use crate::text::write_text;
 use crate::vocab::role;
 
@@ -19,14 +17,8 @@ pub struct libroute_policy_set {
 }
 
 impl Handle for libroute_policy_set {
-    type Target = PolicySetBox;
+    type Target = PolicySet;
     const NAME: &'static str = "set";
-}
-
-/// The policies of a set, one per role (in `libroute_role` order), and their instance names.
-pub(crate) struct PolicySetBox {
-    policies: [Box<AbiPolicy>; 4],
-    names: [std::ffi::CString; 4],
 }
 
 /// Creates a policy set from JSON: `{"instances": [{"name": ..., "policy": {"type": ...}}],
@@ -50,30 +42,12 @@ pub unsafe extern "C" fn libroute_policy_set_new(
         non_null!(out, "out");
         // SAFETY: `json` holds `json_len` bytes by contract.
         let Some(json) = (unsafe { slice(json.cast::<u8>(), json_len) }) else {
-            return fail(libroute_status::NullArgument, "json is NULL");
+            return Err(Failure::null("json"));
         };
-        let config: PolicySetConfig = match parse_json(json) {
-            Ok(config) => config,
-            Err(status) => return status,
-        };
-        let set = match config.build() {
-            Ok(set) => set,
-            Err(e) => {
-                return fail(catalog_status(&e), format_args!("policy set: {e}"));
-            }
-        };
-        let roles = [Role::Prefill, Role::Decode, Role::Aggregated, Role::Encode];
-        let policies = roles.map(|r| Box::new(AbiPolicy::Catalog(Box::new(set.policy(r).clone()))));
-        let names = roles.map(|r| {
-            // Instance names come from JSON strings, which may hold a NUL; cut there.
-            let name = set.instance_name(r);
-            let name = name.split('\0').next().unwrap_or_default();
-            std::ffi::CString::new(name).unwrap_or_default()
-        });
-        let boxed = Box::new(PolicySetBox { policies, names });
+        let set = Box::new(PolicySet::from_json(json)?);
         // SAFETY: `out` is non-NULL and valid for a write by contract.
-        unsafe { out.write(libroute_policy_set::into_handle(boxed)) };
-        libroute_status::Ok
+        unsafe { out.write(libroute_policy_set::into_handle(set)) };
+        Ok(())
     })
 }
 
@@ -111,30 +85,23 @@ pub unsafe extern "C" fn libroute_policy_set_get(
     boundary(|| {
         non_null!(out, "out");
         // SAFETY: NULL or live by contract.
-        let set = match unsafe { libroute_policy_set::get(set) } {
-            Ok(set) => set,
-            Err(status) => return status,
-        };
-        // The set holds its policies in `libroute_role` order, so a valid role is the slot.
-        if let Err(status) = self::role(role) {
-            return status;
-        }
-        let slot = role as usize;
+        let set = unsafe { libroute_policy_set::get(set) }?;
+        let role = self::role(role)?;
         if !name.is_null() {
-            let text = set.names[slot].to_str().unwrap_or_default();
+            let text = set.instance_name(role);
             let mut written = 0;
             // SAFETY: `name` is valid for `name_len` writes by contract.
             let status = unsafe { write_text(text, name, name_len, &raw mut written) };
             if status != libroute_status::Ok {
-                return fail(
+                return Err(Failure::new(
                     status,
                     format_args!("the instance name needs {} bytes", text.len() + 1),
-                );
+                ));
             }
         }
-        let policy: &AbiPolicy = &set.policies[slot];
+        let policy: &Policy = set.policy(role);
         // SAFETY: `out` is non-NULL and valid for a write by contract.
         unsafe { out.write(libroute_policy::borrowed(policy)) };
-        libroute_status::Ok
+        Ok(())
     })
 }

@@ -2,19 +2,16 @@
 //! index, the load ledger and (for approximate mode) the predictions, with KV and replica events
 //! as arrays of `#[repr(C)]` structs, the strict ledger calls, the one-call route, and counters.
 
-use libroute_core::{
-    BlockSlot, KvEvent, Ledger, LedgerError, LedgerEvent, LoadSlot, PredictionRecord,
-    PredictionSlot, Predictions, PrefixIndex, RequestSlot, RouteError, Router, Row, Tier,
-    WorkerKey, WorkerSlot,
-};
+//! The router's logic is `host::Router`; these exports turn pointers into its arguments.
 
-use crate::handle::{Handle, slice};
+use libroute_core::{KvEvent, LedgerEvent, Tier, WorkerKey};
+
+use crate::handle::{Handle, slice, slice_arg, slice_arg_mut};
+use crate::host::{Clock, Router};
 use crate::policy::libroute_policy;
-use crate::selector::{AnySelector, libroute_selector, select_error};
-use crate::status::{boundary, fail, libroute_status};
-use crate::vocab::{
-    libroute_request, libroute_row, libroute_selection, libroute_worker, to_c, with_core_request,
-};
+use crate::selector::{libroute_selector, selection_args};
+use crate::status::{Failure, boundary, libroute_status};
+use crate::vocab::{libroute_request, libroute_row, libroute_selection, libroute_worker};
 
 /// The largest table `libroute_router_new` allocates, in slots (2^26).
 pub const LIBROUTE_MAX_TABLE_SLOTS: usize = 1 << 26;
@@ -140,89 +137,8 @@ pub struct libroute_router {
 }
 
 impl Handle for libroute_router {
-    type Target = RouterBox;
+    type Target = Router;
     const NAME: &'static str = "router";
-}
-
-type Boxed<T> = Box<[T]>;
-type CoreRouter<const W: usize> = Router<
-    Boxed<BlockSlot<W>>,
-    Boxed<WorkerSlot>,
-    Boxed<RequestSlot>,
-    Boxed<LoadSlot>,
-    Boxed<u64>,
-    W,
->;
-type CorePredictions = Predictions<Boxed<PredictionSlot>, Boxed<PredictionRecord>>;
-
-enum AnyRouter {
-    W1(Box<CoreRouter<1>>),
-    W4(Box<CoreRouter<4>>),
-    W16(Box<CoreRouter<16>>),
-}
-
-macro_rules! with_router {
-    ($r:expr, $x:ident => $body:expr) => {
-        match $r {
-            AnyRouter::W1(boxed) => {
-                let $x = &mut **boxed;
-                $body
-            }
-            AnyRouter::W4(boxed) => {
-                let $x = &mut **boxed;
-                $body
-            }
-            AnyRouter::W16(boxed) => {
-                let $x = &mut **boxed;
-                $body
-            }
-        }
-    };
-}
-
-pub(crate) struct RouterBox {
-    router: AnyRouter,
-    predictions: Option<CorePredictions>,
-}
-
-fn table<T: Clone>(slots: usize, empty: T, what: &str) -> Result<Boxed<T>, libroute_status> {
-    if slots < 8 || !slots.is_power_of_two() {
-        return Err(fail(
-            libroute_status::InvalidArgument,
-            format_args!("{what} is {slots}; it must be a power of two of at least 8"),
-        ));
-    }
-    if slots > LIBROUTE_MAX_TABLE_SLOTS {
-        return Err(fail(
-            libroute_status::CapacityExceeded,
-            format_args!(
-                "{what} is {slots}; at most LIBROUTE_MAX_TABLE_SLOTS ({LIBROUTE_MAX_TABLE_SLOTS})"
-            ),
-        ));
-    }
-    Ok(vec![empty; slots].into_boxed_slice())
-}
-
-fn build<const W: usize>(c: &libroute_router_config) -> Result<CoreRouter<W>, libroute_status> {
-    let storage = |e: libroute_core::StorageError| fail(libroute_status::InvalidArgument, e);
-    let index = PrefixIndex::new(
-        table(c.block_slots, BlockSlot::<W>::empty(), "block_slots")?,
-        vec![WorkerSlot::empty(); 128 * W].into_boxed_slice(),
-    )
-    .map_err(storage)?;
-    if c.tombstones > LIBROUTE_MAX_TABLE_SLOTS {
-        return Err(fail(
-            libroute_status::CapacityExceeded,
-            "tombstones exceeds LIBROUTE_MAX_TABLE_SLOTS",
-        ));
-    }
-    let ledger = Ledger::new(
-        table(c.request_slots, RequestSlot::empty(), "request_slots")?,
-        vec![LoadSlot::empty(); 128 * W].into_boxed_slice(),
-        vec![0u64; c.tombstones].into_boxed_slice(),
-    )
-    .map_err(storage)?;
-    Ok(Router::new(index, ledger, c.host_weight, c.disk_weight))
 }
 
 /// Creates a router from `config`. On success `*out` owns it: free it with
@@ -242,58 +158,16 @@ pub unsafe extern "C" fn libroute_router_new(
 ) -> libroute_status {
     boundary(|| {
         if config.is_null() || out.is_null() {
-            return fail(libroute_status::NullArgument, "config or out is NULL");
+            return Err(Failure::fixed(
+                libroute_status::NullArgument,
+                "config or out is NULL",
+            ));
         }
         // SAFETY: non-NULL and valid by contract.
-        let c = unsafe { &*config };
-        for (weight, name) in [
-            (c.host_weight, "host_weight"),
-            (c.disk_weight, "disk_weight"),
-        ] {
-            if !(0.0..=1.0).contains(&weight) {
-                return fail(
-                    libroute_status::InvalidArgument,
-                    format_args!("{name} is {weight}; it must be within [0, 1]"),
-                );
-            }
-        }
-        let router = match c.max_workers {
-            64 => build::<1>(c).map(|r| AnyRouter::W1(Box::new(r))),
-            256 => build::<4>(c).map(|r| AnyRouter::W4(Box::new(r))),
-            1024 => build::<16>(c).map(|r| AnyRouter::W16(Box::new(r))),
-            other => Err(fail(
-                libroute_status::InvalidArgument,
-                format_args!("max_workers is {other}; it must be 64, 256 or 1024"),
-            )),
-        };
-        let router = match router {
-            Ok(r) => r,
-            Err(s) => return s,
-        };
-        let predictions = if c.prediction_slots == 0 {
-            None
-        } else {
-            let map = match table(
-                c.prediction_slots,
-                PredictionSlot::empty(),
-                "prediction_slots",
-            ) {
-                Ok(m) => m,
-                Err(s) => return s,
-            };
-            let ring = vec![PredictionRecord::default(); c.prediction_slots / 2].into_boxed_slice();
-            match Predictions::new(map, ring, c.prediction_ttl) {
-                Ok(p) => Some(p),
-                Err(e) => return fail(libroute_status::InvalidArgument, e),
-            }
-        };
-        let boxed = Box::new(RouterBox {
-            router,
-            predictions,
-        });
+        let router = Box::new(Router::new(unsafe { &*config })?);
         // SAFETY: `out` is non-NULL and valid for a write by contract.
-        unsafe { out.write(libroute_router::into_handle(boxed)) };
-        libroute_status::Ok
+        unsafe { out.write(libroute_router::into_handle(router)) };
+        Ok(())
     })
 }
 
@@ -308,21 +182,19 @@ pub unsafe extern "C" fn libroute_router_free(router: *mut libroute_router) {
     unsafe { libroute_router::free(router) };
 }
 
-fn key(w: libroute_worker) -> WorkerKey {
-    WorkerKey::new(w.worker_id, w.dp_rank)
-}
-
-fn ledger_error(e: LedgerError) -> libroute_status {
-    let status = match e {
-        LedgerError::DuplicateId(_) => libroute_status::DuplicateRequest,
-        LedgerError::UnknownId(_) | LedgerError::PrefillAlreadyComplete(_) => {
-            libroute_status::UnknownRequest
-        }
-        LedgerError::UnknownWorker(_) => libroute_status::UnknownWorker,
-        LedgerError::InvalidTime => libroute_status::InvalidArgument,
-        _ => libroute_status::CapacityExceeded,
-    };
-    fail(status, e)
+/// Runs `f` on the router behind `router` inside the boundary.
+///
+/// # Safety
+///
+/// `router` must be NULL or a live handle not used concurrently.
+unsafe fn with_router(
+    router: *mut libroute_router,
+    f: impl FnOnce(&mut Router) -> Result<(), Failure>,
+) -> libroute_status {
+    boundary(|| {
+        // SAFETY: the exported caller's contract.
+        f(unsafe { libroute_router::get_mut(router) }?)
+    })
 }
 
 /// Registers a worker with the ledger (the index learns workers from their KV events).
@@ -337,17 +209,8 @@ pub unsafe extern "C" fn libroute_router_add_worker(
     router: *mut libroute_router,
     worker: libroute_worker,
 ) -> libroute_status {
-    boundary(|| {
-        // SAFETY: by contract.
-        let r = match unsafe { libroute_router::get_mut(router) } {
-            Ok(r) => r,
-            Err(s) => return s,
-        };
-        match with_router!(&mut r.router, x => x.ledger.add_worker(key(worker))) {
-            Ok(()) => libroute_status::Ok,
-            Err(e) => ledger_error(e),
-        }
-    })
+    // SAFETY: the caller's contract.
+    unsafe { with_router(router, |r| r.add_worker(worker)) }
 }
 
 /// Forgets a worker: its cached blocks leave the index and its load leaves the ledger.
@@ -360,18 +223,13 @@ pub unsafe extern "C" fn libroute_router_remove_worker(
     router: *mut libroute_router,
     worker: libroute_worker,
 ) -> libroute_status {
-    boundary(|| {
-        // SAFETY: by contract.
-        let r = match unsafe { libroute_router::get_mut(router) } {
-            Ok(r) => r,
-            Err(s) => return s,
-        };
-        with_router!(&mut r.router, x => {
-            let _ = x.index.apply(&KvEvent::WorkerRemoved { worker: key(worker) });
-            x.ledger.remove_worker(key(worker));
-        });
-        libroute_status::Ok
-    })
+    // SAFETY: the caller's contract.
+    unsafe {
+        with_router(router, |r| {
+            r.remove_worker(worker);
+            Ok(())
+        })
+    }
 }
 
 /// Applies `events[0..len]` to the index, in order. Every event is checked first (kind, tier,
@@ -390,44 +248,36 @@ pub unsafe extern "C" fn libroute_router_apply_kv_events(
     len: usize,
 ) -> libroute_status {
     boundary(|| {
-        // SAFETY: by contract.
-        let r = match unsafe { libroute_router::get_mut(router) } {
-            Ok(r) => r,
-            Err(s) => return s,
-        };
+        // SAFETY: NULL or a live handle not used concurrently, by contract.
+        let r = unsafe { libroute_router::get_mut(router) }?;
         // SAFETY: `events` holds `len` events by contract.
-        let Some(events) = (unsafe { slice(events, len) }) else {
-            return fail(
-                libroute_status::NullArgument,
-                "events is NULL with a non-zero length",
-            );
-        };
+        let events = unsafe { slice_arg(events, len, "events") }?;
         for (i, e) in events.iter().enumerate() {
             if e.kind > libroute_kv_kind::WorkerRemoved as u32 {
-                return fail(
+                return Err(Failure::new(
                     libroute_status::InvalidArgument,
                     format_args!("event {i}: kind {} is not a libroute_kv_kind", e.kind),
-                );
+                ));
             }
             if e.kind <= libroute_kv_kind::Removed as u32 && Tier::from_u32(e.tier).is_none() {
-                return fail(
+                return Err(Failure::new(
                     libroute_status::InvalidArgument,
                     format_args!("event {i}: tier {} is not 0, 1 or 2", e.tier),
-                );
+                ));
             }
             if e.hashes.is_null() && e.hashes_len > 0 {
-                return fail(
+                return Err(Failure::new(
                     libroute_status::NullArgument,
                     format_args!("event {i}: hashes is NULL with a non-zero length"),
-                );
+                ));
             }
         }
         for e in events {
             // SAFETY: checked non-NULL (or empty) above; valid for its length by contract.
             let hashes = unsafe { slice(e.hashes, e.hashes_len) }.unwrap_or(&[]);
-            let worker = key(e.worker);
+            let worker = WorkerKey::new(e.worker.worker_id, e.worker.dp_rank);
             let tier = Tier::from_u32(e.tier).unwrap_or(Tier::Device);
-            let event = match e.kind {
+            r.apply_kv_event(&match e.kind {
                 0 => KvEvent::Stored {
                     worker,
                     tier,
@@ -440,11 +290,9 @@ pub unsafe extern "C" fn libroute_router_apply_kv_events(
                 },
                 2 => KvEvent::Cleared { worker },
                 _ => KvEvent::WorkerRemoved { worker },
-            };
-            // A refusal is counted by the index; the batch goes on.
-            let _ = with_router!(&mut r.router, x => x.index.apply(&event));
+            });
         }
-        libroute_status::Ok
+        Ok(())
     })
 }
 
@@ -462,42 +310,33 @@ pub unsafe extern "C" fn libroute_router_apply_ledger_events(
     len: usize,
 ) -> libroute_status {
     boundary(|| {
-        // SAFETY: by contract.
-        let r = match unsafe { libroute_router::get_mut(router) } {
-            Ok(r) => r,
-            Err(s) => return s,
-        };
+        // SAFETY: NULL or a live handle not used concurrently, by contract.
+        let r = unsafe { libroute_router::get_mut(router) }?;
         // SAFETY: `events` holds `len` events by contract.
-        let Some(events) = (unsafe { slice(events, len) }) else {
-            return fail(
-                libroute_status::NullArgument,
-                "events is NULL with a non-zero length",
-            );
-        };
+        let events = unsafe { slice_arg(events, len, "events") }?;
         if let Some((i, e)) = events
             .iter()
             .enumerate()
             .find(|(_, e)| e.kind > libroute_ledger_kind::Freed as u32)
         {
-            return fail(
+            return Err(Failure::new(
                 libroute_status::InvalidArgument,
                 format_args!("event {i}: kind {} is not a libroute_ledger_kind", e.kind),
-            );
+            ));
         }
         for e in events {
-            let event = match e.kind {
+            r.apply_ledger_event(&match e.kind {
                 0 => LedgerEvent::Booked {
                     id: e.id,
-                    worker: key(e.worker),
+                    worker: WorkerKey::new(e.worker.worker_id, e.worker.dp_rank),
                     prefill_tokens: e.prefill_tokens,
                     blocks: e.blocks,
                 },
                 1 => LedgerEvent::PrefillComplete { id: e.id },
                 _ => LedgerEvent::Freed { id: e.id },
-            };
-            with_router!(&mut r.router, x => x.ledger.apply(&event));
+            });
         }
-        libroute_status::Ok
+        Ok(())
     })
 }
 
@@ -517,9 +356,8 @@ pub unsafe extern "C" fn libroute_router_book(
     prefill_tokens: u64,
     blocks: u64,
 ) -> libroute_status {
-    ledger_call(router, |l| {
-        l.book_any(id, key(worker), prefill_tokens, blocks)
-    })
+    // SAFETY: the caller's contract.
+    unsafe { with_router(router, |r| r.book(id, worker, prefill_tokens, blocks, None)) }
 }
 
 /// `libroute_router_book` at `now_ms` (milliseconds on the host's clock, the one it passes to
@@ -541,9 +379,12 @@ pub unsafe extern "C" fn libroute_router_book_at(
     blocks: u64,
     now_ms: f64,
 ) -> libroute_status {
-    ledger_call(router, |l| {
-        l.book_at_any(id, key(worker), prefill_tokens, blocks, now_ms)
-    })
+    // SAFETY: the caller's contract.
+    unsafe {
+        with_router(router, |r| {
+            r.book(id, worker, prefill_tokens, blocks, Some(now_ms))
+        })
+    }
 }
 
 /// `libroute_router_prefill_complete` at `now_ms`: a request booked at a time (with
@@ -562,7 +403,8 @@ pub unsafe extern "C" fn libroute_router_prefill_complete_at(
     id: u64,
     now_ms: f64,
 ) -> libroute_status {
-    ledger_call(router, |l| l.prefill_complete_at_any(id, now_ms))
+    // SAFETY: the caller's contract.
+    unsafe { with_router(router, |r| r.prefill_complete(id, Some(now_ms))) }
 }
 
 /// Marks request `id`'s prefill complete.
@@ -577,7 +419,8 @@ pub unsafe extern "C" fn libroute_router_prefill_complete(
     router: *mut libroute_router,
     id: u64,
 ) -> libroute_status {
-    ledger_call(router, |l| l.prefill_complete_any(id))
+    // SAFETY: the caller's contract.
+    unsafe { with_router(router, |r| r.prefill_complete(id, None)) }
 }
 
 /// Frees request `id` (finished or cancelled).
@@ -592,78 +435,8 @@ pub unsafe extern "C" fn libroute_router_free_request(
     router: *mut libroute_router,
     id: u64,
 ) -> libroute_status {
-    ledger_call(router, |l| l.free_any(id))
-}
-
-/// The ledger calls, over any router width.
-trait AnyLedger {
-    fn book_any(
-        &mut self,
-        id: u64,
-        worker: WorkerKey,
-        prefill: u64,
-        blocks: u64,
-    ) -> Result<(), LedgerError>;
-    fn prefill_complete_any(&mut self, id: u64) -> Result<(), LedgerError>;
-    fn free_any(&mut self, id: u64) -> Result<(), LedgerError>;
-    fn book_at_any(
-        &mut self,
-        id: u64,
-        worker: WorkerKey,
-        prefill: u64,
-        blocks: u64,
-        now_ms: f64,
-    ) -> Result<(), LedgerError>;
-    fn prefill_complete_at_any(&mut self, id: u64, now_ms: f64) -> Result<(), LedgerError>;
-}
-
-impl<const W: usize> AnyLedger for CoreRouter<W> {
-    fn book_any(
-        &mut self,
-        id: u64,
-        worker: WorkerKey,
-        prefill: u64,
-        blocks: u64,
-    ) -> Result<(), LedgerError> {
-        self.ledger.book(id, worker, prefill, blocks)
-    }
-    fn prefill_complete_any(&mut self, id: u64) -> Result<(), LedgerError> {
-        self.ledger.prefill_complete(id)
-    }
-    fn free_any(&mut self, id: u64) -> Result<(), LedgerError> {
-        self.ledger.free(id)
-    }
-    fn book_at_any(
-        &mut self,
-        id: u64,
-        worker: WorkerKey,
-        prefill: u64,
-        blocks: u64,
-        now_ms: f64,
-    ) -> Result<(), LedgerError> {
-        self.ledger.book_at(id, worker, prefill, blocks, now_ms)
-    }
-    fn prefill_complete_at_any(&mut self, id: u64, now_ms: f64) -> Result<(), LedgerError> {
-        self.ledger.prefill_complete_at(id, now_ms)
-    }
-}
-
-fn ledger_call(
-    router: *mut libroute_router,
-    f: impl FnOnce(&mut dyn AnyLedger) -> Result<(), LedgerError>,
-) -> libroute_status {
-    boundary(|| {
-        // SAFETY: the exported caller's contract: a live handle not used concurrently.
-        let r = match unsafe { libroute_router::get_mut(router) } {
-            Ok(r) => r,
-            Err(s) => return s,
-        };
-        let result = with_router!(&mut r.router, x => f(x));
-        match result {
-            Ok(()) => libroute_status::Ok,
-            Err(e) => ledger_error(e),
-        }
-    })
+    // SAFETY: the caller's contract.
+    unsafe { with_router(router, |r| r.free_request(id)) }
 }
 
 /// Does it all for one request: fills `rows` (the candidates, in the caller's memory) with the
@@ -759,13 +532,6 @@ pub unsafe extern "C" fn libroute_router_route_at(
     }
 }
 
-/// The time a route is made at: prediction units (untimed booking) or milliseconds (timed).
-#[derive(Clone, Copy)]
-enum Clock {
-    Units(u64),
-    Ms(f64),
-}
-
 /// The body of `libroute_router_route` and `libroute_router_route_at`.
 ///
 /// # Safety
@@ -787,128 +553,24 @@ unsafe fn route_call(
 ) -> libroute_status {
     boundary(|| {
         if out.is_null() || request.is_null() {
-            return fail(libroute_status::NullArgument, "out or request is NULL");
+            return Err(Failure::fixed(
+                libroute_status::NullArgument,
+                "out or request is NULL",
+            ));
         }
         // SAFETY: by contract.
-        let r = match unsafe { libroute_router::get_mut(router) } {
-            Ok(r) => r,
-            Err(s) => return s,
-        };
-        // SAFETY: NULL or live by contract.
-        let policy = match unsafe { libroute_policy::get(policy) } {
-            Ok(policy) => policy,
-            Err(status) => return status,
-        };
-        // SAFETY: NULL or a live `SelectorBox` not used concurrently, by contract.
-        let selector = match unsafe { libroute_selector::get_mut(selector) } {
-            Ok(selector) => selector,
-            Err(status) => return status,
-        };
+        let r = unsafe { libroute_router::get_mut(router) }?;
+        // SAFETY: forwarded under this function's contract.
+        let (policy, selector, request) = unsafe { selection_args(policy, selector, request) }?;
         // SAFETY: `hashes` holds `hashes_len` values by contract.
-        let Some(hashes) = (unsafe { slice(hashes, hashes_len) }) else {
-            return fail(
-                libroute_status::NullArgument,
-                "hashes is NULL with a non-zero length",
-            );
-        };
-        let rows: &mut [Row] = if rows_len == 0 {
-            &mut []
-        } else if rows.is_null() {
-            return fail(
-                libroute_status::NullArgument,
-                "rows is NULL with a non-zero length",
-            );
-        } else {
-            // SAFETY: `rows` holds `rows_len` rows the caller lets us write; `libroute_row` has
-            // `Row`'s layout and every bit pattern is a `Row`.
-            unsafe { std::slice::from_raw_parts_mut(rows.cast::<Row>(), rows_len) }
-        };
-        if let Err(status) = selector.check_rows(rows.len()) {
-            return status;
-        }
-        // SAFETY: non-NULL and valid by contract.
-        let request = unsafe { &*request };
-        let RouterBox {
-            router,
-            predictions,
-        } = r;
-        // SAFETY: the request's arrays are valid for their lengths by contract.
-        let converted = unsafe {
-            with_core_request(
-                request,
-                |core_request| with_router!(router, x => route_any(x, predictions.as_mut(), policy, &mut selector.inner, core_request, hashes, rows, id, now)),
-            )
-        };
-        let result = match converted {
-            Ok(result) => result,
-            Err(status) => return status,
-        };
-        match result {
-            Ok(selection) => {
-                // SAFETY: `out` is non-NULL and valid for a write by contract.
-                unsafe { out.write(to_c(&selection)) };
-                libroute_status::Ok
-            }
-            Err(RouteError::Select(e)) => select_error(&e),
-            Err(RouteError::Ledger(e)) => ledger_error(e),
-            Err(e) => fail(libroute_status::InvalidArgument, e),
-        }
+        let hashes = unsafe { slice_arg(hashes, hashes_len, "hashes") }?;
+        // SAFETY: `rows` holds `rows_len` rows the caller lets us write, by contract.
+        let rows = unsafe { slice_arg_mut(rows, rows_len, "rows") }?;
+        let selection = r.route(policy, selector, &request, hashes, rows, id, now)?;
+        // SAFETY: `out` is non-NULL and valid for a write by contract.
+        unsafe { out.write(selection) };
+        Ok(())
     })
-}
-
-#[allow(clippy::too_many_arguments, reason = "the route's inputs, forwarded")]
-fn route_any<const W: usize>(
-    router: &mut CoreRouter<W>,
-    predictions: Option<&mut CorePredictions>,
-    policy: &crate::AbiPolicy,
-    selector: &mut AnySelector,
-    request: &libroute_core::Request<'_>,
-    hashes: &[u64],
-    rows: &mut [Row],
-    id: u64,
-    now: Clock,
-) -> Result<libroute_core::Selection, RouteError> {
-    let now = match now {
-        Clock::Units(now) => now,
-        Clock::Ms(now_ms) => {
-            return with_selector!(selector, s => match policy {
-                crate::AbiPolicy::Default(p) => {
-                    router.route_at(predictions, p, s, request, hashes, rows, id, now_ms)
-                }
-                crate::AbiPolicy::Composed(p) => {
-                    router.route_at(predictions, p, s, request, hashes, rows, id, now_ms)
-                }
-                crate::AbiPolicy::Catalog(p) => {
-                    router.route_at(predictions, p, s, request, hashes, rows, id, now_ms)
-                }
-            });
-        }
-    };
-    macro_rules! go {
-        ($s:expr) => {
-            match (policy, predictions) {
-                (crate::AbiPolicy::Default(p), Some(pr)) => {
-                    router.route_predicting(pr, p, $s, request, hashes, rows, id, now)
-                }
-                (crate::AbiPolicy::Default(p), None) => {
-                    router.route(p, $s, request, hashes, rows, id)
-                }
-                (crate::AbiPolicy::Composed(p), Some(pr)) => {
-                    router.route_predicting(pr, p, $s, request, hashes, rows, id, now)
-                }
-                (crate::AbiPolicy::Composed(p), None) => {
-                    router.route(p, $s, request, hashes, rows, id)
-                }
-                (crate::AbiPolicy::Catalog(p), Some(pr)) => {
-                    router.route_predicting(pr, p, $s, request, hashes, rows, id, now)
-                }
-                (crate::AbiPolicy::Catalog(p), None) => {
-                    router.route(p, $s, request, hashes, rows, id)
-                }
-            }
-        };
-    }
-    with_selector!(selector, s => go!(s))
 }
 
 /// Writes the router's counters to `*out`.
@@ -922,34 +584,11 @@ pub unsafe extern "C" fn libroute_router_get_counters(
     out: *mut libroute_router_counters,
 ) -> libroute_status {
     boundary(|| {
-        if out.is_null() {
-            return fail(libroute_status::NullArgument, "out is NULL");
-        }
+        non_null!(out, "out");
         // SAFETY: by contract.
-        let r = match unsafe { libroute_router::get_mut(router) } {
-            Ok(r) => r,
-            Err(s) => return s,
-        };
-        let (i, l) = with_router!(&mut r.router, x => (x.index.counters(), x.ledger.counters()));
-        let c = libroute_router_counters {
-            blocks: i.blocks,
-            index_workers: i.workers,
-            evictions: i.evictions,
-            rejected_kv_events: i.rejected_events,
-            ignored_kv_events: i.ignored_events,
-            active_requests: l.active_requests,
-            ledger_workers: l.workers,
-            duplicate_ledger_events: l.duplicate_events,
-            late_ledger_events: l.late_events,
-            unknown_worker_ledger_events: l.unknown_worker_events,
-            predictions: r.predictions.as_ref().map_or(0, Predictions::len),
-            forced_prediction_expiries: r
-                .predictions
-                .as_ref()
-                .map_or(0, Predictions::forced_expiries),
-        };
+        let counters = unsafe { libroute_router::get(router) }?.counters();
         // SAFETY: non-NULL and valid by contract.
-        unsafe { out.write(c) };
-        libroute_status::Ok
+        unsafe { out.write(counters) };
+        Ok(())
     })
 }

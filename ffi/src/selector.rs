@@ -1,15 +1,16 @@
 //! `libroute_selector`: per-thread scratch and random stream; `libroute_select`, its explained
-//! form and the last selection's costs.
+//! form and the last selection's costs. The selector's logic is `host::Selector`; these exports
+//! turn pointers into its arguments.
 
-use libroute_core::{Disposition, Explanation, Row, SelectError, Selection, Selector};
+use libroute_core::{Disposition, Explanation};
 
-use crate::components::UNDEFINED_VERDICT;
-use crate::handle::{Handle, slice};
-use crate::policy::{AbiPolicy, libroute_policy};
-use crate::status::{boundary, fail, libroute_status};
+use crate::handle::{Handle, slice_arg};
+use crate::host::{Policy, Selector};
+use crate::policy::libroute_policy;
+use crate::status::{Failure, boundary, libroute_status};
 use crate::vocab::{
-    LIBROUTE_MAX_CAPACITY, LIBROUTE_MAX_SCORERS, libroute_request, libroute_row,
-    libroute_selection, libroute_worker, to_c, with_core_request,
+    LIBROUTE_MAX_SCORERS, RequestArgs, libroute_request, libroute_row, libroute_selection,
+    libroute_worker,
 };
 
 /// Per-thread selection scratch: buffers of a fixed capacity and the random stream. Create with
@@ -20,55 +21,8 @@ pub struct libroute_selector {
 }
 
 impl Handle for libroute_selector {
-    type Target = SelectorBox;
+    type Target = Selector;
     const NAME: &'static str = "selector";
-}
-
-/// The selector's capacity tiers: a selector is a core `Selector<N>` for the smallest tier that
-/// holds the requested capacity.
-pub(crate) enum AnySelector {
-    S16(Box<Selector<16>>),
-    S64(Box<Selector<64>>),
-    S256(Box<Selector<256>>),
-    S1024(Box<Selector<1024>>),
-    S4096(Box<Selector<4096>>),
-}
-
-macro_rules! with_selector {
-    ($sel:expr, $s:ident => $body:expr) => {
-        match $sel {
-            AnySelector::S16($s) => $body,
-            AnySelector::S64($s) => $body,
-            AnySelector::S256($s) => $body,
-            AnySelector::S1024($s) => $body,
-            AnySelector::S4096($s) => $body,
-        }
-    };
-}
-
-/// The selector behind a handle, with the capacity the caller asked for.
-pub(crate) struct SelectorBox {
-    pub(crate) inner: AnySelector,
-    pub(crate) capacity: usize,
-    /// Explanations of `libroute_select_explained`, allocated on its first use (to the
-    /// capacity) and reused after.
-    pub(crate) explanations: Vec<Explanation>,
-}
-
-impl SelectorBox {
-    /// Checks that `rows` rows fit the capacity the caller asked for.
-    pub(crate) fn check_rows(&self, rows: usize) -> Result<(), libroute_status> {
-        if rows > self.capacity {
-            return Err(fail(
-                libroute_status::CapacityExceeded,
-                format_args!(
-                    "{rows} rows exceed the selector's capacity of {}",
-                    self.capacity
-                ),
-            ));
-        }
-        Ok(())
-    }
 }
 
 /// Creates a selector for up to `capacity` rows (1 to `LIBROUTE_MAX_CAPACITY`); its unseeded
@@ -86,32 +40,10 @@ pub unsafe extern "C" fn libroute_selector_new(
 ) -> libroute_status {
     boundary(|| {
         non_null!(out, "out");
-        let inner = match capacity {
-            0 => return fail(libroute_status::InvalidArgument, "capacity is 0"),
-            1..=16 => AnySelector::S16(Box::new(Selector::with_entropy(entropy))),
-            17..=64 => AnySelector::S64(Box::new(Selector::with_entropy(entropy))),
-            65..=256 => AnySelector::S256(Box::new(Selector::with_entropy(entropy))),
-            257..=1024 => AnySelector::S1024(Box::new(Selector::with_entropy(entropy))),
-            1025..=LIBROUTE_MAX_CAPACITY => {
-                AnySelector::S4096(Box::new(Selector::with_entropy(entropy)))
-            }
-            _ => {
-                return fail(
-                    libroute_status::CapacityExceeded,
-                    format_args!(
-                        "capacity {capacity} exceeds LIBROUTE_MAX_CAPACITY ({LIBROUTE_MAX_CAPACITY})"
-                    ),
-                );
-            }
-        };
-        let selector = Box::new(SelectorBox {
-            inner,
-            capacity,
-            explanations: Vec::new(),
-        });
+        let selector = Box::new(Selector::new(capacity, entropy)?);
         // SAFETY: `out` is non-NULL and valid for a write by contract.
         unsafe { out.write(libroute_selector::into_handle(selector)) };
-        libroute_status::Ok
+        Ok(())
     })
 }
 
@@ -136,25 +68,10 @@ pub unsafe extern "C" fn libroute_selector_reset_seeded(
     selector: *mut libroute_selector,
 ) -> libroute_status {
     boundary(|| {
-        // SAFETY: NULL or a live, unshared `SelectorBox` by contract.
-        let selector = match unsafe { libroute_selector::get_mut(selector) } {
-            Ok(selector) => selector,
-            Err(status) => return status,
-        };
-        with_selector!(&mut selector.inner, s => s.reset_seeded());
-        libroute_status::Ok
+        // SAFETY: NULL or a live, unshared selector by contract.
+        unsafe { libroute_selector::get_mut(selector) }?.reset_seeded();
+        Ok(())
     })
-}
-
-pub(crate) fn select_error(e: &SelectError) -> libroute_status {
-    let status = libroute_status::from(e);
-    match e {
-        SelectError::FilterFailed { filter, error } if error.code == UNDEFINED_VERDICT => fail(
-            status,
-            format_args!("filter {filter} wrote a verdict that is not a libroute_verdict"),
-        ),
-        _ => fail(status, e),
-    }
 }
 
 /// The handles and arrays every selecting function reads, checked for NULL.
@@ -167,39 +84,19 @@ pub(crate) fn select_error(e: &SelectError) -> libroute_status {
 ///
 /// As `libroute_select` for `policy`, `selector`, `request` and `rows`; the returned references
 /// must not outlive the call that received the pointers.
-unsafe fn selection_args<'a>(
+pub(crate) unsafe fn selection_args<'a>(
     policy: *const libroute_policy,
     selector: *mut libroute_selector,
     request: *const libroute_request,
-    rows: *const libroute_row,
-    rows_len: usize,
-) -> Result<
-    (
-        &'a AbiPolicy,
-        &'a mut SelectorBox,
-        &'a libroute_request,
-        &'a [Row],
-    ),
-    libroute_status,
-> {
-    if request.is_null() {
-        return Err(fail(libroute_status::NullArgument, "request is NULL"));
-    }
+) -> Result<(&'a Policy, &'a mut Selector, RequestArgs<'a>), Failure> {
+    non_null!(request, "request");
     // SAFETY: NULL or live by contract.
     let policy = unsafe { libroute_policy::get(policy) }?;
-    // SAFETY: NULL or a live `SelectorBox` not used concurrently, by contract.
+    // SAFETY: NULL or a live selector not used concurrently, by contract.
     let selector = unsafe { libroute_selector::get_mut(selector) }?;
-    // SAFETY: non-NULL (checked) and valid by contract.
-    let request = unsafe { &*request };
-    // SAFETY: `rows` holds `rows_len` rows by contract; `libroute_row` has `Row`'s layout and every
-    // bit pattern is a valid `Row`, so the cast reads the host's memory in place.
-    let Some(rows) = (unsafe { slice(rows.cast::<Row>(), rows_len) }) else {
-        return Err(fail(
-            libroute_status::NullArgument,
-            "rows is NULL with a non-zero length",
-        ));
-    };
-    Ok((policy, selector, request, rows))
+    // SAFETY: non-NULL (checked) and valid by contract, its arrays valid for their lengths.
+    let request = unsafe { RequestArgs::from_c(&*request) };
+    Ok((policy, selector, request))
 }
 
 /// Selects one row for `request` among `rows[0..rows_len]` (read in place). On success writes
@@ -231,49 +128,20 @@ pub unsafe extern "C" fn libroute_select(
     boundary(|| {
         non_null!(out, "out");
         // SAFETY: forwarded under this function's contract.
-        let (policy, selector, request, rows) =
-            match unsafe { selection_args(policy, selector, request, rows, rows_len) } {
-                Ok(args) => args,
-                Err(status) => return status,
-            };
-        let scorers = policy.scorer_count();
-        if !contributions.is_null() && contributions_len < scorers {
-            return fail(
-                libroute_status::BufferTooSmall,
-                format_args!(
-                    "contributions holds {contributions_len} values, the policy has {scorers} scorers"
-                ),
-            );
-        }
-        if let Err(status) = selector.check_rows(rows.len()) {
-            return status;
-        }
-        // The selection is written out where it is made, not returned through the closures
-        // (it is about 150 bytes; the copies were a measurable part of the call).
-        let write = |selection: &Result<Selection, SelectError>| match selection {
-            Ok(selection) => {
-                // SAFETY: `out` is non-NULL and valid for a write by contract.
-                unsafe { out.write(to_c(selection)) };
-                if !contributions.is_null() {
-                    let parts = selection.contributions();
-                    // SAFETY: `contributions` is valid for `contributions_len >= parts.len()`
-                    // writes (checked above), and does not overlap our local `parts`.
-                    unsafe {
-                        std::ptr::copy_nonoverlapping(parts.as_ptr(), contributions, parts.len());
-                    };
-                }
-                libroute_status::Ok
-            }
-            Err(e) => select_error(e),
+        let (policy, selector, request) = unsafe { selection_args(policy, selector, request) }?;
+        // SAFETY: `rows` holds `rows_len` rows by contract, read in place.
+        let rows = unsafe { slice_arg(rows, rows_len, "rows") }?;
+        let contributions = if contributions.is_null() {
+            None
+        } else {
+            // SAFETY: valid for `contributions_len` writes by contract, and not aliased by
+            // anything this call reads.
+            Some(unsafe { std::slice::from_raw_parts_mut(contributions, contributions_len) })
         };
-        // SAFETY: the request's arrays are valid for their lengths by contract.
-        let converted = unsafe {
-            with_core_request(
-                request,
-                |core_request| with_selector!(&mut selector.inner, s => write(&policy.select(s, core_request, rows))),
-            )
-        };
-        converted.unwrap_or_else(|status| status)
+        let selection = selector.select(policy, &request, rows, contributions)?;
+        // SAFETY: `out` is non-NULL and valid for a write by contract.
+        unsafe { out.write(selection) };
+        Ok(())
     })
 }
 
@@ -385,58 +253,23 @@ pub unsafe extern "C" fn libroute_select_explained(
     boundary(|| {
         non_null!(out, "out");
         if explanations.is_null() && rows_len > 0 {
-            return fail(libroute_status::NullArgument, "explanations is NULL");
-        }
-        if explanations_len < rows_len {
-            return fail(
-                libroute_status::BufferTooSmall,
-                format_args!("explanations holds {explanations_len} entries for {rows_len} rows"),
-            );
+            return Err(Failure::null("explanations"));
         }
         // SAFETY: forwarded under this function's contract.
-        let (policy, selector, request, rows) =
-            match unsafe { selection_args(policy, selector, request, rows, rows_len) } {
-                Ok(args) => args,
-                Err(status) => return status,
-            };
-        if let Err(status) = selector.check_rows(rows.len()) {
-            return status;
-        }
-        if selector.explanations.len() < selector.capacity {
-            selector
-                .explanations
-                .resize(selector.capacity, Explanation::EMPTY);
-        }
-        let SelectorBox {
-            inner,
-            explanations: scratch,
-            ..
-        } = selector;
-        let scratch = &mut scratch[..rows.len()];
-        // SAFETY: the request's arrays are valid for their lengths by contract.
-        let converted = unsafe {
-            with_core_request(
-                request,
-                |core_request| with_selector!(inner, s => policy.select_explained(s, core_request, rows, scratch)),
-            )
+        let (policy, selector, request) = unsafe { selection_args(policy, selector, request) }?;
+        // SAFETY: `rows` holds `rows_len` rows by contract, read in place.
+        let rows = unsafe { slice_arg(rows, rows_len, "rows") }?;
+        let explanations: &mut [libroute_explanation] = if explanations.is_null() {
+            &mut []
+        } else {
+            // SAFETY: valid for `explanations_len` writes by contract; `libroute_explanation`
+            // is plain data, so the slice is written before it is read.
+            unsafe { std::slice::from_raw_parts_mut(explanations, explanations_len) }
         };
-        let result = match converted {
-            Ok(result) => result,
-            Err(status) => return status,
-        };
-        // Rows are explained on success and on a selection failure alike.
-        for (k, e) in scratch.iter().enumerate() {
-            // SAFETY: `k < rows_len <= explanations_len` (checked), valid for writes by contract.
-            unsafe { explanations.add(k).write(libroute_explanation::from(e)) };
-        }
-        match result {
-            Ok(selection) => {
-                // SAFETY: `out` is non-NULL and valid for a write by contract.
-                unsafe { out.write(to_c(&selection)) };
-                libroute_status::Ok
-            }
-            Err(e) => select_error(&e),
-        }
+        let selection = selector.select_explained(policy, &request, rows, explanations)?;
+        // SAFETY: `out` is non-NULL and valid for a write by contract.
+        unsafe { out.write(selection) };
+        Ok(())
     })
 }
 
@@ -461,31 +294,31 @@ pub unsafe extern "C" fn libroute_selector_last_costs(
     boundary(|| {
         non_null!(out_n, "out_n");
         // SAFETY: NULL or live by contract.
-        let selector = match unsafe { libroute_selector::get(selector) } {
-            Ok(selector) => selector,
-            Err(status) => return status,
-        };
-        let n = with_selector!(&selector.inner, s => s.last_costs().len());
+        let selector = unsafe { libroute_selector::get(selector) }?;
+        let n = selector.candidates();
         if n > len {
-            return fail(
+            return Err(Failure::new(
                 libroute_status::BufferTooSmall,
                 format_args!("{n} candidates, buffers of {len}"),
-            );
+            ));
         }
         if n > 0 && (rows.is_null() || costs.is_null()) {
-            return fail(libroute_status::NullArgument, "rows or costs is NULL");
+            return Err(Failure::fixed(
+                libroute_status::NullArgument,
+                "rows or costs is NULL",
+            ));
         }
-        with_selector!(&selector.inner, s => {
-            for (k, (row, cost)) in s.last_costs().enumerate() {
-                // SAFETY: `k < n <= len`, and both buffers are valid for `len` writes by contract.
-                unsafe {
-                    rows.add(k).write(row);
-                    costs.add(k).write(cost);
-                }
+        let mut k = 0;
+        selector.for_each_cost(|row, cost| {
+            // SAFETY: `k < n <= len`, and both buffers are valid for `len` writes by contract.
+            unsafe {
+                rows.add(k).write(row);
+                costs.add(k).write(cost);
             }
+            k += 1;
         });
         // SAFETY: non-NULL and valid by contract.
         unsafe { out_n.write(n) };
-        libroute_status::Ok
+        Ok(())
     })
 }

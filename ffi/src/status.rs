@@ -3,7 +3,9 @@
 use std::cell::RefCell;
 use std::fmt::Display;
 
-use libroute_core::{ConfigError, SelectError};
+use libroute_core::{ConfigError, LedgerError, SelectError};
+
+use crate::components::UNDEFINED_VERDICT;
 
 /// The result of every libroute call. `LIBROUTE_STATUS_OK` is 0, so `if (rc != 0)` tests for
 /// failure. Values are grouped in ranges and never reused: a retired value stays reserved.
@@ -192,19 +194,123 @@ impl From<&ConfigError> for libroute_status {
     }
 }
 
+/// Why a call failed: its status and one sentence naming the row, field, knob or worker at fault.
+///
+/// The safe layer (`crate::host`) returns it; the C ABI records its sentence as the calling
+/// thread's detail (`libroute_last_error`) and returns its status; the object facade turns it into
+/// an error value. The common failures of a busy server (a selection's, the ledger's) carry the
+/// core's error itself and allocate nothing; the sentence is written when it is read.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Failure {
+    status: libroute_status,
+    detail: Detail,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+enum Detail {
+    Fixed(&'static str),
+    /// "`name` is NULL".
+    Null(&'static str),
+    Text(String),
+    Select(SelectError),
+    Ledger(LedgerError),
+}
+
+impl Failure {
+    /// A failure whose sentence is `detail`.
+    pub(crate) fn new(status: libroute_status, detail: impl Display) -> Self {
+        Failure {
+            status,
+            detail: Detail::Text(detail.to_string()),
+        }
+    }
+
+    /// A failure with a fixed sentence.
+    pub(crate) const fn fixed(status: libroute_status, detail: &'static str) -> Self {
+        Failure {
+            status,
+            detail: Detail::Fixed(detail),
+        }
+    }
+
+    /// `NULL_ARGUMENT`: "`name` is NULL".
+    pub(crate) const fn null(name: &'static str) -> Self {
+        Failure {
+            status: libroute_status::NullArgument,
+            detail: Detail::Null(name),
+        }
+    }
+
+    /// A selection's failure.
+    pub(crate) fn select(e: SelectError) -> Self {
+        match e {
+            SelectError::FilterFailed { filter, error } if error.code == UNDEFINED_VERDICT => {
+                return Failure::new(
+                    libroute_status::FilterFailed,
+                    format_args!("filter {filter} wrote a verdict that is not a libroute_verdict"),
+                );
+            }
+            _ => {}
+        }
+        Failure {
+            status: libroute_status::from(&e),
+            detail: Detail::Select(e),
+        }
+    }
+
+    /// The ledger's refusal.
+    pub(crate) fn ledger(e: LedgerError) -> Self {
+        let status = match e {
+            LedgerError::DuplicateId(_) => libroute_status::DuplicateRequest,
+            LedgerError::UnknownId(_) | LedgerError::PrefillAlreadyComplete(_) => {
+                libroute_status::UnknownRequest
+            }
+            LedgerError::UnknownWorker(_) => libroute_status::UnknownWorker,
+            LedgerError::InvalidTime => libroute_status::InvalidArgument,
+            _ => libroute_status::CapacityExceeded,
+        };
+        Failure {
+            status,
+            detail: Detail::Ledger(e),
+        }
+    }
+
+    /// The status: which kind of failure, as `libroute.h` numbers it.
+    #[must_use]
+    pub fn status(&self) -> libroute_status {
+        self.status
+    }
+}
+
+/// The one sentence of the failure (what `libroute_last_error` gives).
+impl Display for Failure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.detail {
+            Detail::Fixed(text) => f.write_str(text),
+            Detail::Null(name) => write!(f, "{name} is NULL"),
+            Detail::Text(text) => f.write_str(text),
+            Detail::Select(e) => e.fmt(f),
+            Detail::Ledger(e) => e.fmt(f),
+        }
+    }
+}
+
+impl std::error::Error for Failure {}
+
 thread_local! {
     static LAST_ERROR: RefCell<String> = const { RefCell::new(String::new()) };
 }
 
-/// Records `detail` as this thread's last error message and returns `status`.
-pub(crate) fn fail(status: libroute_status, detail: impl Display) -> libroute_status {
+/// Records `failure`'s sentence as this thread's last error message (reusing the buffer, so a
+/// warm failure allocates nothing) and returns its status.
+fn record(failure: &Failure) -> libroute_status {
     use std::fmt::Write as _;
     LAST_ERROR.with(|e| {
         let mut e = e.borrow_mut();
         e.clear();
-        let _ = write!(e, "{detail}");
+        let _ = write!(e, "{failure}");
     });
-    status
+    failure.status
 }
 
 /// Runs `f` with this thread's last error message.
@@ -212,10 +318,19 @@ pub(crate) fn with_last_error<R>(f: impl FnOnce(&str) -> R) -> R {
     LAST_ERROR.with(|e| f(&e.borrow()))
 }
 
+/// The boundary of every export that can fail: runs `body` inside [`guard`], and records a
+/// failure's sentence for `libroute_last_error`.
+pub(crate) fn boundary(body: impl FnOnce() -> Result<(), Failure>) -> libroute_status {
+    guard(|| match body() {
+        Ok(()) => libroute_status::Ok,
+        Err(failure) => record(&failure),
+    })
+}
+
 /// The one panic boundary: runs `body`, and turns a panic into `LIBROUTE_STATUS_PANIC` with the
 /// panic's message as the detail, so a routing bug becomes a status code instead of aborting the
 /// Go, JVM or C++ host. (Rust aborts on a panic that would unwind across `extern "C"`.)
-pub(crate) fn boundary(body: impl FnOnce() -> libroute_status) -> libroute_status {
+pub(crate) fn guard(body: impl FnOnce() -> libroute_status) -> libroute_status {
     match std::panic::catch_unwind(std::panic::AssertUnwindSafe(body)) {
         Ok(status) => status,
         Err(payload) => {
@@ -224,10 +339,10 @@ pub(crate) fn boundary(body: impl FnOnce() -> libroute_status) -> libroute_statu
                 .map(|s| (*s).to_owned())
                 .or_else(|| payload.downcast_ref::<String>().cloned())
                 .unwrap_or_else(|| "a panic without a message".to_owned());
-            fail(
+            record(&Failure::new(
                 libroute_status::Panic,
                 format_args!("libroute panicked: {what}"),
-            )
+            ))
         }
     }
 }

@@ -2,7 +2,7 @@
 
 use std::ffi::c_char;
 
-use crate::status::{boundary, libroute_status, with_last_error};
+use crate::status::{guard, libroute_status, with_last_error};
 
 /// The library version, `MAJOR.MINOR.PATCH`, equal to the Cargo package version.
 const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), "\0");
@@ -49,7 +49,7 @@ pub unsafe extern "C" fn libroute_status_message(
     len: usize,
     out_n: *mut usize,
 ) -> libroute_status {
-    boundary(|| {
+    guard(|| {
         let status = libroute_status::from_u32(code);
         if status as u32 != code {
             return libroute_status::InvalidArgument;

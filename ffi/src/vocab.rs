@@ -9,7 +9,7 @@ use libroute_core::{
 };
 
 use crate::handle::slice;
-use crate::status::{fail, libroute_status};
+use crate::status::{Failure, libroute_status};
 
 /// Bit of a `WorkerInputs` set: overlap per tier, the estimate, tier matches, shared hits.
 pub const LIBROUTE_INPUT_CACHE: u8 = 1;
@@ -257,21 +257,21 @@ pub struct libroute_request_info {
 }
 
 #[inline]
-pub(crate) fn role(value: u32) -> Result<Role, libroute_status> {
+pub(crate) fn role(value: u32) -> Result<Role, Failure> {
     Role::from_u32(value).ok_or_else(|| not_a_role(value))
 }
 
 #[cold]
 #[inline(never)]
-fn not_a_role(value: u32) -> libroute_status {
-    fail(
+fn not_a_role(value: u32) -> Failure {
+    Failure::new(
         libroute_status::InvalidArgument,
         format_args!("role {value} is not a libroute_role"),
     )
 }
 
 #[inline]
-pub(crate) fn flag(value: u8, name: &str) -> Result<bool, libroute_status> {
+pub(crate) fn flag(value: u8, name: &str) -> Result<bool, Failure> {
     if value <= 1 {
         Ok(value == 1)
     } else {
@@ -281,11 +281,45 @@ pub(crate) fn flag(value: u8, name: &str) -> Result<bool, libroute_status> {
 
 #[cold]
 #[inline(never)]
-fn not_a_flag(value: u8, name: &str) -> libroute_status {
-    fail(
+fn not_a_flag(value: u8, name: &str) -> Failure {
+    Failure::new(
         libroute_status::InvalidArgument,
         format_args!("{name} is {value}, not 0 or 1"),
     )
+}
+
+/// A request as the safe layer takes it: the C struct's fields (`head`, whose two array pointers
+/// are not read) and its two arrays as slices. `None` stands for an array the caller gave as
+/// NULL with a non-zero length, reported in the request's order of checks.
+#[derive(Debug, Clone, Copy)]
+pub struct RequestArgs<'a> {
+    /// Every field but the arrays.
+    pub head: &'a libroute_request,
+    /// The preferred taints.
+    pub preferred_taints: Option<&'a [libroute_preferred_taint]>,
+    /// The shared-hit ranges.
+    pub shared_hits: Option<&'a [libroute_block_range]>,
+}
+
+impl<'a> RequestArgs<'a> {
+    /// The arguments of a C request, its arrays read where they are.
+    ///
+    /// # Safety
+    ///
+    /// The request's `preferred_taints` and `shared_hits` must be NULL or valid for their
+    /// lengths, unchanged for `'a`.
+    #[inline]
+    #[must_use]
+    pub unsafe fn from_c(request: &'a libroute_request) -> Self {
+        // SAFETY: valid for their lengths by this function's contract.
+        unsafe {
+            RequestArgs {
+                head: request,
+                preferred_taints: slice(request.preferred_taints, request.preferred_taints_len),
+                shared_hits: slice(request.shared_hits, request.shared_hits_len),
+            }
+        }
+    }
 }
 
 /// Runs `f` on the core request converted from `request`, with the storage its preferred taints
@@ -293,18 +327,14 @@ fn not_a_flag(value: u8, name: &str) -> libroute_status {
 ///
 /// # Errors
 ///
-/// The status of the first invalid field, with its detail recorded; `f` does not run.
-///
-/// # Safety
-///
-/// The request's `preferred_taints` and `shared_hits` must be valid for their lengths.
-pub(crate) unsafe fn with_core_request<R>(
-    request: &libroute_request,
+/// The first invalid field; `f` does not run.
+#[inline]
+pub(crate) fn with_core_request<R>(
+    request: &RequestArgs<'_>,
     f: impl FnOnce(&Request<'_>) -> R,
-) -> Result<R, libroute_status> {
+) -> Result<R, Failure> {
     let mut preferred = heapless::Vec::<PreferredTaint, MAX_PREFERRED>::new();
-    // SAFETY: forwarded under this function's contract.
-    let converted = unsafe { core_request(request, &mut preferred) }?;
+    let converted = core_request(request, &mut preferred)?;
     Ok(f(&converted))
 }
 
@@ -313,20 +343,17 @@ const MAX_PREFERRED: usize = 64;
 
 /// Converts a C request into the core's, checking every field; the converted preferred taints
 /// live in `preferred` (empty on entry).
-///
-/// # Safety
-///
-/// The request's `preferred_taints` and `shared_hits` must be valid for their lengths.
 #[allow(
     clippy::inline_always,
     reason = "built in place in the caller's frame: returned, the request was copied in chunks \
               that stalled on the narrower stores that wrote it (measured in the ABI benchmark)"
 )]
 #[inline(always)]
-pub(crate) unsafe fn core_request<'a>(
-    request: &'a libroute_request,
+fn core_request<'a>(
+    args: &RequestArgs<'a>,
     preferred: &'a mut heapless::Vec<PreferredTaint, MAX_PREFERRED>,
-) -> Result<Request<'a>, libroute_status> {
+) -> Result<Request<'a>, Failure> {
+    let request = args.head;
     let role = role(request.role)?;
     let track = flag(request.track_prefill_tokens, "track_prefill_tokens")?;
     let conditional = flag(request.conditional_disagg, "conditional_disagg")?;
@@ -334,26 +361,15 @@ pub(crate) unsafe fn core_request<'a>(
     let has_pin = flag(request.has_pin, "has_pin")?;
     let has_shared = flag(request.has_shared_hits, "has_shared_hits")?;
     let has_session = flag(request.has_session, "has_session")?;
-    // SAFETY: valid for their lengths by this function's contract; `libroute_block_range` has
-    // `BlockRange`'s layout (checked at compile time).
-    let (c_preferred, c_hits) = unsafe {
-        (
-            slice(request.preferred_taints, request.preferred_taints_len),
-            slice(
-                request.shared_hits.cast::<BlockRange>(),
-                request.shared_hits_len,
-            ),
-        )
-    };
-    let (Some(c_preferred), Some(c_hits)) = (c_preferred, c_hits) else {
-        return Err(fail(
+    let (Some(c_preferred), Some(c_hits)) = (args.preferred_taints, args.shared_hits) else {
+        return Err(Failure::fixed(
             libroute_status::NullArgument,
             "a request array is NULL with a non-zero length",
         ));
     };
     for p in c_preferred {
         let Some(taint) = Taint::new(p.taint) else {
-            return Err(fail(
+            return Err(Failure::new(
                 libroute_status::InvalidRequest,
                 format_args!("preferred taint {} is not below 64", p.taint),
             ));
@@ -363,7 +379,7 @@ pub(crate) unsafe fn core_request<'a>(
             weight: p.weight,
         };
         if preferred.push(converted).is_err() {
-            return Err(fail(
+            return Err(Failure::new(
                 libroute_status::InvalidRequest,
                 format_args!(
                     "{} preferred taints; at most {MAX_PREFERRED}",
@@ -380,7 +396,8 @@ pub(crate) unsafe fn core_request<'a>(
         .required_taints(TaintSet(request.required_taints))
         .preferred_taints(preferred);
     if has_shared {
-        let hits = SharedHits::new(c_hits).map_err(|e| fail(libroute_status::InvalidRequest, e))?;
+        let hits = SharedHits::new(block_ranges(c_hits))
+            .map_err(|e| Failure::new(libroute_status::InvalidRequest, e))?;
         core = core.shared_hits(hits);
     }
     if has_pin {
@@ -390,6 +407,30 @@ pub(crate) unsafe fn core_request<'a>(
         core = core.session(request.session);
     }
     Ok(core)
+}
+
+/// The core's view of C block ranges, without copying.
+fn block_ranges(ranges: &[libroute_block_range]) -> &[BlockRange] {
+    // SAFETY: `libroute_block_range` has `BlockRange`'s layout (checked at compile time above)
+    // and every bit pattern of two `u64` is a valid `BlockRange`; the lifetime is kept.
+    unsafe { std::slice::from_raw_parts(ranges.as_ptr().cast::<BlockRange>(), ranges.len()) }
+}
+
+/// The core's view of C rows, without copying: `libroute_row` is `Row` field for field (checked
+/// at compile time above).
+#[inline]
+pub(crate) fn core_rows(rows: &[libroute_row]) -> &[Row] {
+    // SAFETY: same size, alignment and field offsets (checked above); every bit pattern of a
+    // `libroute_row` is a valid `Row` (integers and floats only); the lifetime is kept.
+    unsafe { std::slice::from_raw_parts(rows.as_ptr().cast::<Row>(), rows.len()) }
+}
+
+/// [`core_rows`] for writing: a route fills the rows' cache and load fields.
+#[inline]
+pub(crate) fn core_rows_mut(rows: &mut [libroute_row]) -> &mut [Row] {
+    // SAFETY: as `core_rows`, and every bit pattern of a `Row` is a valid `libroute_row`; the
+    // exclusive borrow is kept.
+    unsafe { std::slice::from_raw_parts_mut(rows.as_mut_ptr().cast::<Row>(), rows.len()) }
 }
 
 pub(crate) fn to_c(s: &Selection) -> libroute_selection {

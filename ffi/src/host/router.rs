@@ -1,0 +1,376 @@
+//! [`Router`]: the prefix-overlap index, the load ledger and (for approximate mode) the
+//! predictions behind one value; KV and replica events, the ledger's calls, the one-call route
+//! and counters.
+
+use libroute_core::{
+    BlockSlot, KvEvent, Ledger, LedgerEvent, LoadSlot, PredictionRecord, PredictionSlot,
+    Predictions, PrefixIndex, RequestSlot, RouteError, Router as GenericRouter, Row, WorkerKey,
+    WorkerSlot,
+};
+
+use crate::host::policy::Kind;
+use crate::host::selector::{AnySelector, with_selector};
+use crate::host::{Policy, Selector};
+use crate::router::{LIBROUTE_MAX_TABLE_SLOTS, libroute_router_config, libroute_router_counters};
+use crate::status::{Failure, libroute_status};
+use crate::vocab::{
+    RequestArgs, core_rows_mut, libroute_row, libroute_selection, libroute_worker, to_c,
+    with_core_request,
+};
+
+type Boxed<T> = Box<[T]>;
+type CoreRouter<const W: usize> = GenericRouter<
+    Boxed<BlockSlot<W>>,
+    Boxed<WorkerSlot>,
+    Boxed<RequestSlot>,
+    Boxed<LoadSlot>,
+    Boxed<u64>,
+    W,
+>;
+type CorePredictions = Predictions<Boxed<PredictionSlot>, Boxed<PredictionRecord>>;
+
+/// The core router of the worker width `max_workers` asked for.
+enum AnyRouter {
+    W1(Box<CoreRouter<1>>),
+    W4(Box<CoreRouter<4>>),
+    W16(Box<CoreRouter<16>>),
+}
+
+/// Runs `$body` with `$x` bound to the core router behind an [`AnyRouter`].
+macro_rules! with_router {
+    ($r:expr, $x:ident => $body:expr) => {
+        match $r {
+            AnyRouter::W1(boxed) => {
+                let $x = &mut **boxed;
+                $body
+            }
+            AnyRouter::W4(boxed) => {
+                let $x = &mut **boxed;
+                $body
+            }
+            AnyRouter::W16(boxed) => {
+                let $x = &mut **boxed;
+                $body
+            }
+        }
+    };
+}
+
+/// The time a route or booking is made at.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Clock {
+    /// Untimed: `now` in the unit of the prediction lifetime (0 without predictions).
+    Units(u64),
+    /// Milliseconds on the host's clock: the booking is timed, so its prefill completion
+    /// calibrates the worker's speed.
+    Ms(f64),
+}
+
+/// The host's state behind a `libroute_router`: all memory is allocated by [`Router::new`];
+/// nothing allocates afterwards. One caller at a time (`&mut self`).
+pub struct Router {
+    router: AnyRouter,
+    predictions: Option<CorePredictions>,
+}
+
+impl std::fmt::Debug for Router {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Router")
+            .field("counters", &self.counters())
+            .finish_non_exhaustive()
+    }
+}
+
+fn table<T: Clone>(slots: usize, empty: T, what: &str) -> Result<Boxed<T>, Failure> {
+    if slots < 8 || !slots.is_power_of_two() {
+        return Err(Failure::new(
+            libroute_status::InvalidArgument,
+            format_args!("{what} is {slots}; it must be a power of two of at least 8"),
+        ));
+    }
+    if slots > LIBROUTE_MAX_TABLE_SLOTS {
+        return Err(Failure::new(
+            libroute_status::CapacityExceeded,
+            format_args!(
+                "{what} is {slots}; at most LIBROUTE_MAX_TABLE_SLOTS ({LIBROUTE_MAX_TABLE_SLOTS})"
+            ),
+        ));
+    }
+    Ok(vec![empty; slots].into_boxed_slice())
+}
+
+fn build<const W: usize>(c: &libroute_router_config) -> Result<CoreRouter<W>, Failure> {
+    let storage =
+        |e: libroute_core::StorageError| Failure::new(libroute_status::InvalidArgument, e);
+    let index = PrefixIndex::new(
+        table(c.block_slots, BlockSlot::<W>::empty(), "block_slots")?,
+        vec![WorkerSlot::empty(); 128 * W].into_boxed_slice(),
+    )
+    .map_err(storage)?;
+    if c.tombstones > LIBROUTE_MAX_TABLE_SLOTS {
+        return Err(Failure::fixed(
+            libroute_status::CapacityExceeded,
+            "tombstones exceeds LIBROUTE_MAX_TABLE_SLOTS",
+        ));
+    }
+    let ledger = Ledger::new(
+        table(c.request_slots, RequestSlot::empty(), "request_slots")?,
+        vec![LoadSlot::empty(); 128 * W].into_boxed_slice(),
+        vec![0u64; c.tombstones].into_boxed_slice(),
+    )
+    .map_err(storage)?;
+    Ok(GenericRouter::new(
+        index,
+        ledger,
+        c.host_weight,
+        c.disk_weight,
+    ))
+}
+
+fn key(w: libroute_worker) -> WorkerKey {
+    WorkerKey::new(w.worker_id, w.dp_rank)
+}
+
+impl Router {
+    /// A router of the sizes and weights in `config`; all its memory is allocated here.
+    ///
+    /// # Errors
+    ///
+    /// `INVALID_ARGUMENT` (a slot count that is not a power of two of at least 8, `max_workers`
+    /// other than 64, 256 or 1024, weights outside [0, 1] or not finite); `CAPACITY_EXCEEDED` (a
+    /// table above `LIBROUTE_MAX_TABLE_SLOTS`).
+    pub fn new(config: &libroute_router_config) -> Result<Self, Failure> {
+        let c = config;
+        for (weight, name) in [
+            (c.host_weight, "host_weight"),
+            (c.disk_weight, "disk_weight"),
+        ] {
+            if !(0.0..=1.0).contains(&weight) {
+                return Err(Failure::new(
+                    libroute_status::InvalidArgument,
+                    format_args!("{name} is {weight}; it must be within [0, 1]"),
+                ));
+            }
+        }
+        let router = match c.max_workers {
+            64 => AnyRouter::W1(Box::new(build::<1>(c)?)),
+            256 => AnyRouter::W4(Box::new(build::<4>(c)?)),
+            1024 => AnyRouter::W16(Box::new(build::<16>(c)?)),
+            other => {
+                return Err(Failure::new(
+                    libroute_status::InvalidArgument,
+                    format_args!("max_workers is {other}; it must be 64, 256 or 1024"),
+                ));
+            }
+        };
+        let predictions = if c.prediction_slots == 0 {
+            None
+        } else {
+            let map = table(
+                c.prediction_slots,
+                PredictionSlot::empty(),
+                "prediction_slots",
+            )?;
+            let ring = vec![PredictionRecord::default(); c.prediction_slots / 2].into_boxed_slice();
+            Some(
+                Predictions::new(map, ring, c.prediction_ttl)
+                    .map_err(|e| Failure::new(libroute_status::InvalidArgument, e))?,
+            )
+        };
+        Ok(Router {
+            router,
+            predictions,
+        })
+    }
+
+    /// Registers a worker with the ledger (the index learns workers from their KV events).
+    ///
+    /// # Errors
+    ///
+    /// `CAPACITY_EXCEEDED` (more workers than `max_workers`).
+    pub fn add_worker(&mut self, worker: libroute_worker) -> Result<(), Failure> {
+        with_router!(&mut self.router, x => x.ledger.add_worker(key(worker)))
+            .map_err(Failure::ledger)
+    }
+
+    /// Forgets a worker: its cached blocks leave the index and its load leaves the ledger.
+    pub fn remove_worker(&mut self, worker: libroute_worker) {
+        with_router!(&mut self.router, x => {
+            let _ = x.index.apply(&KvEvent::WorkerRemoved { worker: key(worker) });
+            x.ledger.remove_worker(key(worker));
+        });
+    }
+
+    /// Applies one KV event to the index. A `Stored` event of a new worker when the index already
+    /// tracks `max_workers` is refused and counted (`rejected_kv_events`), as are removals of
+    /// unknown blocks (`ignored_kv_events`): a batch goes on past them.
+    pub fn apply_kv_event(&mut self, event: &KvEvent<'_>) {
+        let _ = with_router!(&mut self.router, x => x.index.apply(event));
+    }
+
+    /// Applies one replica event to the ledger. Idempotent: late, repeated and reordered events
+    /// are absorbed (and counted); events for unknown workers are ignored and counted.
+    pub fn apply_ledger_event(&mut self, event: &LedgerEvent) {
+        with_router!(&mut self.router, x => x.ledger.apply(event));
+    }
+
+    /// Books request `id` on `worker` (for hosts that select and book themselves); at a time,
+    /// the booking is timed (see [`Clock::Ms`]).
+    ///
+    /// # Errors
+    ///
+    /// `DUPLICATE_REQUEST`, `UNKNOWN_WORKER`, `CAPACITY_EXCEEDED`, `INVALID_ARGUMENT` (a time that
+    /// is NaN, infinite or negative); nothing changes.
+    pub fn book(
+        &mut self,
+        id: u64,
+        worker: libroute_worker,
+        prefill_tokens: u64,
+        blocks: u64,
+        at: Option<f64>,
+    ) -> Result<(), Failure> {
+        let worker = key(worker);
+        with_router!(&mut self.router, x => match at {
+            None => x.ledger.book(id, worker, prefill_tokens, blocks),
+            Some(now_ms) => x.ledger.book_at(id, worker, prefill_tokens, blocks, now_ms),
+        })
+        .map_err(Failure::ledger)
+    }
+
+    /// Marks request `id`'s prefill complete; at a time (milliseconds), a timed booking teaches
+    /// its worker's speed how long its first token took.
+    ///
+    /// # Errors
+    ///
+    /// `UNKNOWN_REQUEST` (not booked, freed, or already completed), `INVALID_ARGUMENT` (a time
+    /// that is NaN, infinite or negative); nothing changes.
+    pub fn prefill_complete(&mut self, id: u64, at: Option<f64>) -> Result<(), Failure> {
+        with_router!(&mut self.router, x => match at {
+            None => x.ledger.prefill_complete(id),
+            Some(now_ms) => x.ledger.prefill_complete_at(id, now_ms),
+        })
+        .map_err(Failure::ledger)
+    }
+
+    /// Frees request `id` (finished or cancelled).
+    ///
+    /// # Errors
+    ///
+    /// `UNKNOWN_REQUEST` (not booked, or already freed); nothing changes.
+    pub fn free_request(&mut self, id: u64) -> Result<(), Failure> {
+        with_router!(&mut self.router, x => x.ledger.free(id)).map_err(Failure::ledger)
+    }
+
+    /// Does it all for one request: fills `rows` (the candidates) with the index's overlaps for
+    /// `hashes` (the request's chained block hashes) and the ledger's loads, selects with
+    /// `policy`, and books request `id` on the chosen worker. With predictions, those due at
+    /// `now` expire first and the choice is recorded as a prediction.
+    ///
+    /// # Errors
+    ///
+    /// As [`Selector::select`], plus `DUPLICATE_REQUEST` (checked before anything else),
+    /// `UNKNOWN_WORKER` (the chosen worker is not registered), `CAPACITY_EXCEEDED` (the ledger
+    /// is full) and `INVALID_ARGUMENT` (a time that is NaN, infinite or negative). Nothing is
+    /// booked on any error.
+    #[allow(clippy::too_many_arguments, reason = "the route's inputs")]
+    pub fn route(
+        &mut self,
+        policy: &Policy,
+        selector: &mut Selector,
+        request: &RequestArgs<'_>,
+        hashes: &[u64],
+        rows: &mut [libroute_row],
+        id: u64,
+        now: Clock,
+    ) -> Result<libroute_selection, Failure> {
+        selector.check_rows(rows.len())?;
+        let rows = core_rows_mut(rows);
+        let Router {
+            router,
+            predictions,
+        } = self;
+        let result = with_core_request(request, |core_request| {
+            with_router!(router, x => route_any(
+                x,
+                predictions.as_mut(),
+                policy,
+                &mut selector.inner,
+                core_request,
+                hashes,
+                rows,
+                id,
+                now,
+            ))
+        })?;
+        match result {
+            Ok(selection) => Ok(to_c(&selection)),
+            Err(RouteError::Select(e)) => Err(Failure::select(e)),
+            Err(RouteError::Ledger(e)) => Err(Failure::ledger(e)),
+            Err(e) => Err(Failure::new(libroute_status::InvalidArgument, e)),
+        }
+    }
+
+    /// What the router has done, for hosts to export.
+    #[must_use]
+    pub fn counters(&self) -> libroute_router_counters {
+        let (i, l) = match &self.router {
+            AnyRouter::W1(x) => (x.index.counters(), x.ledger.counters()),
+            AnyRouter::W4(x) => (x.index.counters(), x.ledger.counters()),
+            AnyRouter::W16(x) => (x.index.counters(), x.ledger.counters()),
+        };
+        libroute_router_counters {
+            blocks: i.blocks,
+            index_workers: i.workers,
+            evictions: i.evictions,
+            rejected_kv_events: i.rejected_events,
+            ignored_kv_events: i.ignored_events,
+            active_requests: l.active_requests,
+            ledger_workers: l.workers,
+            duplicate_ledger_events: l.duplicate_events,
+            late_ledger_events: l.late_events,
+            unknown_worker_ledger_events: l.unknown_worker_events,
+            predictions: self.predictions.as_ref().map_or(0, Predictions::len),
+            forced_prediction_expiries: self
+                .predictions
+                .as_ref()
+                .map_or(0, Predictions::forced_expiries),
+        }
+    }
+}
+
+#[allow(clippy::too_many_arguments, reason = "the route's inputs, forwarded")]
+fn route_any<const W: usize>(
+    router: &mut CoreRouter<W>,
+    predictions: Option<&mut CorePredictions>,
+    policy: &Policy,
+    selector: &mut AnySelector,
+    request: &libroute_core::Request<'_>,
+    hashes: &[u64],
+    rows: &mut [Row],
+    id: u64,
+    now: Clock,
+) -> Result<libroute_core::Selection, RouteError> {
+    let now = match now {
+        Clock::Units(now) => now,
+        Clock::Ms(now_ms) => {
+            return with_selector!(selector, s => match &policy.kind {
+                Kind::Default(p) => router.route_at(predictions, p, s, request, hashes, rows, id, now_ms),
+                Kind::Composed(p) => router.route_at(predictions, p, s, request, hashes, rows, id, now_ms),
+                Kind::Catalog(p) => router.route_at(predictions, p, s, request, hashes, rows, id, now_ms),
+            });
+        }
+    };
+    macro_rules! go {
+        ($s:expr, $p:expr) => {
+            match predictions {
+                Some(pr) => router.route_predicting(pr, $p, $s, request, hashes, rows, id, now),
+                None => router.route($p, $s, request, hashes, rows, id),
+            }
+        };
+    }
+    with_selector!(selector, s => match &policy.kind {
+        Kind::Default(p) => go!(s, p),
+        Kind::Composed(p) => go!(s, p),
+        Kind::Catalog(p) => go!(s, p),
+    })
+}
