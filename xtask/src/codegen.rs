@@ -120,11 +120,22 @@ pub(crate) fn ensure_file_contents(path: &Path, contents: &str, check: bool) -> 
     Ok(())
 }
 
-/// Builds the uniffi facade's cdylib (release, beside the C library) and returns its path.
+/// Builds the uniffi facade's cdylib (release, beside the C library) and returns its path: what
+/// the bindings are generated from, and what Swift links.
 pub(crate) fn uniffi_library() -> Result<PathBuf> {
-    crate::cargo(&["build", "--release", "-p", "libroute-uniffi"])?;
+    release_library("libroute-uniffi", "route_uniffi")
+}
+
+/// Builds the JVM's library (`ffi/jvm`: the facade and the JNI fast path in one shared object),
+/// which the Kotlin JAR ships, and returns its path.
+pub(crate) fn jvm_library() -> Result<PathBuf> {
+    release_library("libroute-jvm", "route_jvm")
+}
+
+fn release_library(package: &str, name: &str) -> Result<PathBuf> {
+    crate::cargo(&["build", "--release", "-p", package])?;
     Ok(root().join("target/release").join(format!(
-        "{}route_uniffi{}",
+        "{}{name}{}",
         std::env::consts::DLL_PREFIX,
         std::env::consts::DLL_SUFFIX
     )))
@@ -134,7 +145,7 @@ pub(crate) fn uniffi_library() -> Result<PathBuf> {
 const UNIFFI_CONFIG: &str = "\
 [crates.route_uniffi.bindings.kotlin]
 package_name = \"dev.libroute\"
-cdylib_name = \"route_uniffi\"
+cdylib_name = \"route_jvm\"
 
 [crates.route_uniffi.bindings.swift]
 module_name = \"Libroute\"
@@ -249,9 +260,9 @@ fn guard_kotlin_clone(text: &str) -> Result<String> {
 /// the library with `System.load` (registering the JNI fast path's natives) and hands JNA that
 /// same file, so one copy serves both.
 fn load_kotlin_library_once(text: &str) -> Result<String> {
-    let default = "    return \"route_uniffi\"\n}\n";
+    let default = "    return \"route_jvm\"\n}\n";
     let routed = "    // Patched by `cargo xtask codegen`: one copy of the library for JNA and JNI.\n    \
-                  return NativeLoader.library(\"route_uniffi\")\n}\n";
+                  return NativeLoader.library(\"route_jvm\")\n}\n";
     if text.matches(default).count() != 1 {
         return Err(
             "uniffi's Kotlin findLibraryName changed shape: revisit load_kotlin_library_once"

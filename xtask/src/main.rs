@@ -312,9 +312,14 @@ fn package() -> Result {
         "--target-dir",
         target_arg.as_str(),
     ];
-    // Not crates: the tools, and the Python extension, whose package is the wheel the Python
-    // step builds and installs.
-    for excluded in ["xtask", "libroute-benches", "libroute-python"] {
+    // Not crates: the tools, the Python extension, whose package is the wheel the Python step
+    // builds and installs, and the JVM's library, whose package is the JAR.
+    for excluded in [
+        "xtask",
+        "libroute-benches",
+        "libroute-python",
+        "libroute-jvm",
+    ] {
         args.extend(["--exclude", excluded]);
     }
     let result = cargo(&args);

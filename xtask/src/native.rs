@@ -443,11 +443,11 @@ const MYPY: &str = "mypy==2.4.1";
 const MATURIN: &str = "maturin==1.16.0";
 
 /// The Kotlin bindings: `mvn install` (the tests: corpus, bad input, router; then the JAR, with
-/// the uniffi library inside, into the local repository), then the separate consumer project's
+/// the JVM's library `libroute_jvm` inside, into the local repository), then the separate consumer project's
 /// `mvn test`, with no library path set, so its select can only load the library from the JAR;
 /// then the JMH benchmarks are built (`bindings/kotlin/jmh`) and, with `bench`, run.
 pub(crate) fn kotlin_tests(bench: bool) -> Result {
-    let library = crate::codegen::uniffi_library()?;
+    let library = crate::codegen::jvm_library()?;
     // The JAR ships the library without its debug information (1.8 MB instead of 10): a copy,
     // stripped with binutils' `strip`, which the JAR's build reads instead of target/release.
     let shipped = root().join("target/kotlin-native");

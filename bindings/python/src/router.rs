@@ -307,7 +307,7 @@ impl Router {
             .route_raw(
                 &policy.inner,
                 &selector.inner,
-                &converted.c(),
+                &converted.args(),
                 hashes,
                 rows,
                 id,

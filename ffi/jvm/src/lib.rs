@@ -1,24 +1,30 @@
-//! The JVM fast path: `dev.libroute.DirectSelector`'s native methods, called through JNI (as
-//! zstd-jni and lz4-java reach native code) instead of uniffi's JNA calls, which cost several
-//! microseconds each.
+//! The JVM's libroute library, `libroute_jvm.so`: the uniffi facade (`libroute-uniffi`, linked
+//! in whole: the Kotlin bindings' JNA calls land there) and the JVM fast path,
+//! `dev.libroute.DirectSelector`'s native methods, called through JNI (as zstd-jni and lz4-java
+//! reach native code) instead of uniffi's JNA calls, which cost several microseconds each. One
+//! shared object serves both, so the objects the fast path receives are the facade's own.
 //!
 //! The Kotlin side holds one strong reference to a [`Policy`] and a [`Selector`] (uniffi's
 //! handles: `Arc` pointers it cloned), encodes the request into a direct `ByteBuffer` it owns,
 //! and passes the rows as a direct `ByteBuffer` in the C row layout. This side reads both where
-//! they lie, selects through [`Selector::select_raw`] (the C ABI, as every binding does) and
+//! they lie, selects through [`Selector::select_raw`] (the safe layer, as every binding does) and
 //! writes the outcome into a third direct buffer. A failure throws the uniffi exception class of
-//! its variant (`RouteException$NoEndpoints`, ...) with the C ABI's sentence, so the fast path
+//! its variant (`RouteException$NoEndpoints`, ...) with the same sentence, so the fast path
 //! fails exactly as `Selector.select` does. Nothing unwinds into the JVM.
 //!
 //! Buffer layouts (little-endian, 8-byte aligned; `DirectSelector.kt` writes and reads them):
 //!
 //! `DirectSelector` passes every buffer by address and capacity: its own two buffers' addresses
-//! are taken once ([`address0`]), and the caller's rows buffer's whenever it is another object
+//! are taken once (`address0`), and the caller's rows buffer's whenever it is another object
 //! than the last one's, so a select in a loop over the same buffer calls nothing in the JVM.
 //!
-//! - request, [`RequestHeader`] then `preferred_taints_len` × `libroute_preferred_taint` (16
+//! - request, `RequestHeader` then `preferred_taints_len` × `libroute_preferred_taint` (16
 //!   bytes: `taint` u32, 4 padding, `weight` f64) then `shared_hits_len` × `libroute_block_range`;
-//! - outcome, [`Outcome`].
+//! - outcome, `Outcome`.
+
+// Why: JNI is raw pointers from the JVM; each use carries a SAFETY comment.
+#![allow(unsafe_code, reason = "the JNI boundary")]
+#![deny(unsafe_op_in_unsafe_fn)]
 
 use std::ffi::CString;
 use std::mem::{align_of, size_of};
@@ -27,14 +33,11 @@ use std::sync::Arc;
 
 use jni_sys::{JNI_FALSE, JNI_TRUE, JNIEnv, jboolean, jclass, jdouble, jint, jlong, jobject};
 use route::{
-    LIBROUTE_MAX_SCORERS, libroute_block_range, libroute_preferred_taint, libroute_request,
-    libroute_row, libroute_selection, libroute_worker,
+    LIBROUTE_MAX_SCORERS, RequestArgs, libroute_block_range, libroute_preferred_taint,
+    libroute_request, libroute_row, libroute_selection, libroute_worker,
 };
 
-use crate::error::RouteError;
-use crate::policy::Policy;
-use crate::router::{RouteTime, Router};
-use crate::selector::Selector;
+use route_uniffi::{Policy, RouteError, RouteTime, Router, Selector};
 
 /// The fixed part of an encoded request.
 #[repr(C)]
@@ -315,8 +318,10 @@ unsafe fn select(
     };
     // SAFETY: the caller's contract.
     let (c_request, _) = unsafe { request_at(request, 0)? };
+    // SAFETY: the request's arrays point into the request buffer, checked to hold them.
+    let args = unsafe { RequestArgs::from_c(&c_request) };
     let mut contributions = [0.0; LIBROUTE_MAX_SCORERS];
-    let s = selector.select_raw(policy, &c_request, rows, &mut contributions)?;
+    let s = selector.select_raw(policy, &args, rows, &mut contributions)?;
     // SAFETY: the caller's contract.
     unsafe { write_outcome(out, &s, contributions) }
 }
@@ -351,8 +356,10 @@ unsafe fn route(
     };
     // SAFETY: the caller's contract.
     let (c_request, hashes) = unsafe { request_at(request, hashes)? };
+    // SAFETY: the request's arrays point into the request buffer, checked to hold them.
+    let args = unsafe { RequestArgs::from_c(&c_request) };
     let id = u64::from_ne_bytes(id.to_ne_bytes());
-    let mut s = router.route_raw(policy, selector, &c_request, hashes, rows, id, now)?;
+    let mut s = router.route_raw(policy, selector, &args, hashes, rows, id, now)?;
     // A route reports no contributions, as `Router.route` (its selector's `last_costs` has the
     // costs).
     s.scorers = 0;

@@ -1,6 +1,6 @@
-//! [`RouteError`]: one variant per C status, each with the C ABI's one-sentence detail.
+//! [`RouteError`]: one variant per C status, each with the safe layer's one-sentence detail.
 
-use route::libroute_status;
+use route::{Failure, libroute_status};
 
 /// Defines [`RouteError`] with one variant per failure status, and its mapping from the status.
 macro_rules! route_error {
@@ -22,19 +22,13 @@ macro_rules! route_error {
         }
 
         impl RouteError {
-            /// The one mapping from the C ABI's failures: the status and this thread's detail.
-            /// The detail is one whole sentence that already says what the status says (and
-            /// names the row, field, knob or worker), so it is the message on its own; the
-            /// status's fixed text stands in only when a call left no detail.
-            fn from_status(status: libroute_status) -> Self {
-                let detail = last_error();
-                let message = if detail.is_empty() {
-                    status.message().to_owned()
-                } else {
-                    detail
-                };
-                match status {
-                    $(libroute_status::$variant => Self::$variant { detail: message },)*
+            /// The one mapping from the safe layer's failures: the status picks the variant, the
+            /// failure's one sentence (naming the row, field, knob or worker) is the detail, the
+            /// same sentence the C ABI's `libroute_last_error` gives.
+            fn from_failure(failure: &Failure) -> Self {
+                let detail = failure.to_string();
+                match failure.status() {
+                    $(libroute_status::$variant => Self::$variant { detail },)*
                     libroute_status::Ok => Self::Panic {
                         detail: "an error was reported for a successful call (a bug)".to_owned(),
                     },
@@ -142,29 +136,9 @@ impl std::fmt::Display for RouteError {
 
 impl std::error::Error for RouteError {}
 
-/// This thread's detail message of the last failed C call.
-pub(crate) fn last_error() -> String {
-    // Details are short; a longer one (a JSON error quoting its input) gets a bigger buffer.
-    for size in [1 << 10, 1 << 16] {
-        let mut buf = vec![0u8; size];
-        let mut n = 0;
-        // SAFETY: `buf` is valid for `buf.len()` writes and `n` for one.
-        let status =
-            unsafe { route::libroute_last_error(buf.as_mut_ptr().cast(), buf.len(), &raw mut n) };
-        if status == libroute_status::Ok {
-            buf.truncate(n);
-            return String::from_utf8_lossy(&buf).into_owned();
-        }
-    }
-    "(the detail message is longer than 64 KiB)".to_owned()
-}
-
-/// `Ok` or the error of `status`.
-pub(crate) fn check(status: libroute_status) -> Result<(), RouteError> {
-    if status == libroute_status::Ok {
-        Ok(())
-    } else {
-        Err(RouteError::from_status(status))
+impl From<Failure> for RouteError {
+    fn from(failure: Failure) -> Self {
+        Self::from_failure(&failure)
     }
 }
 

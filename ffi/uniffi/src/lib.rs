@@ -1,26 +1,31 @@
-//! The object facade of libroute: safe Rust objects and records over the C ABI. The Kotlin and
-//! Swift bindings are generated from this crate's library (`cargo xtask codegen`, uniffi's
-//! library mode), the Python extension (`bindings/python`, PyO3) wraps its objects, and the JVM's
-//! fast path calls into it through JNI.
+//! The object facade of libroute: safe Rust objects and records over the safe layer of
+//! `libroute-ffi` (`route::host`) and the core. The Kotlin and Swift bindings are generated from
+//! this crate's library (`cargo xtask codegen`, uniffi's library mode), the Python extension
+//! (`bindings/python`, PyO3) wraps its objects, and the JVM's library (`ffi/jvm`) links it with
+//! the JNI fast path.
 //!
-//! Every method here is a safe wrapper over the C ABI (`libroute-ffi`), called in-process: the
-//! bindings make exactly the checks, decisions and errors that C and Go make, and the one place
-//! that turns a `libroute_status` into an error is `RouteError::from_status`.
+//! Each object holds the safe layer's value behind a lock ([`Policy`] an `Arc` of
+//! `host::Policy`, [`Selector`] a `host::Selector`, ...), converts its records to the C
+//! vocabulary the safe layer reads (rows in the C layout, so packed rows are read in place), and
+//! turns the safe layer's `Failure` into a [`RouteError`] (`RouteError::from_failure`): the
+//! bindings make exactly the checks, decisions and errors that C and Go make, with the same
+//! sentences. The crate has no unsafe code (`#![forbid(unsafe_code)]`).
 //!
 //! One module per object, as in the C ABI: [`Policy`] (`policy`), [`Selector`] (`selector`),
 //! [`Router`] (`router`), [`PolicySet`] (`policy_set`); the records they pass by value and their
 //! conversions to the C structs in `vocab`, and [`RouteError`] in `error`.
 //!
-//! The JVM's fast path, `dev.libroute.DirectSelector`, reaches [`Selector::select_raw`] and
-//! [`Router::route_raw`] through JNI in `jni`, bypassing uniffi's calls for the hot calls.
+//! [`Selector::select_raw`] and [`Router::route_raw`] take the C vocabulary directly, for the
+//! hosts that keep their rows in that layout: the JVM fast path (`dev.libroute.DirectSelector`)
+//! and the Python extension's NumPy path.
 //!
 //! Objects are thread-safe: a [`Policy`] is immutable and shared freely; a [`Selector`] and a
 //! [`Router`] serialize their calls with a mutex (give each thread its own selector to avoid
 //! waiting). Records are plain values: rows are copied into a reused buffer per call.
 
-// Why: every call goes through the C ABI's raw pointers; each use carries a SAFETY comment.
-#![allow(unsafe_code, reason = "calls into the C ABI")]
-#![deny(unsafe_op_in_unsafe_fn)]
+// Why: the facade stands on the safe layer (`route::host`) and the core; memory safety is
+// their business, and this crate must not need unsafe code of its own.
+#![forbid(unsafe_code)]
 // Why: uniffi hands foreign values over by ownership (`String`, `Vec`, `Arc`), whether or not a
 // method consumes them.
 #![allow(
@@ -29,7 +34,6 @@
 )]
 
 mod error;
-mod jni;
 mod policy;
 mod policy_set;
 mod router;

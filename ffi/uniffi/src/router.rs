@@ -1,16 +1,12 @@
 //! [`Router`]: the index, the ledger and the predictions behind one object; KV and replica
 //! events, bookings and the one-call route.
 
-use std::ptr::{NonNull, null_mut};
 use std::sync::{Arc, Mutex, PoisonError};
 
-use route::{
-    libroute_kv_event, libroute_ledger_event, libroute_request, libroute_router,
-    libroute_router_config, libroute_router_counters, libroute_row, libroute_selection,
-    libroute_status, libroute_worker,
-};
+use libroute_core::{KvEvent as CoreKvEvent, LedgerEvent as CoreLedgerEvent, WorkerKey};
+use route::{RequestArgs, host, libroute_router_config, libroute_row, libroute_selection};
 
-use crate::error::{RouteError, check, closed};
+use crate::error::{RouteError, closed};
 use crate::policy::Policy;
 use crate::selector::Selector;
 use crate::vocab::{CRequest, Request, Row, Selection, Worker};
@@ -53,13 +49,12 @@ pub enum Tier {
     Disk,
 }
 
-impl Tier {
-    /// The C ABI's tier value (0 device, 1 host, 2 disk).
-    pub(crate) fn code(self) -> u32 {
-        match self {
-            Tier::Device => 0,
-            Tier::Host => 1,
-            Tier::Disk => 2,
+impl From<Tier> for libroute_core::Tier {
+    fn from(tier: Tier) -> Self {
+        match tier {
+            Tier::Device => libroute_core::Tier::Device,
+            Tier::Host => libroute_core::Tier::Host,
+            Tier::Disk => libroute_core::Tier::Disk,
         }
     }
 }
@@ -161,26 +156,11 @@ pub struct Routed {
     pub rows: Vec<Row>,
 }
 
-struct RouterState {
-    raw: NonNull<libroute_router>,
-}
-
-// SAFETY: the handle is owned exclusively by this state, which the mutex of `Router` guards; the C
-// router has no thread affinity, only a ban on concurrent use.
-unsafe impl Send for RouterState {}
-
-impl Drop for RouterState {
-    fn drop(&mut self) {
-        // SAFETY: `raw` came from `libroute_router_new` and is freed once, here.
-        unsafe { route::libroute_router_free(self.raw.as_ptr()) };
-    }
-}
-
 /// The host's routing state: the prefix-overlap index fed by KV events, the load ledger, and
 /// (in approximate mode) the router's own predictions. Thread-safe (calls are serialized).
 #[derive(uniffi::Object)]
 pub struct Router {
-    state: Mutex<Option<RouterState>>,
+    state: Mutex<Option<host::Router>>,
 }
 
 impl std::fmt::Debug for Router {
@@ -191,12 +171,10 @@ impl std::fmt::Debug for Router {
 
 /// When a route is made, for [`Router::route_raw`]: prediction units (an untimed booking, as
 /// [`Router::route`]) or milliseconds (timed, as [`Router::route_at`]).
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub enum RouteTime {
-    /// Prediction units.
-    Units(u64),
-    /// Milliseconds.
-    Ms(f64),
+pub use route::host::Clock as RouteTime;
+
+fn key(w: Worker) -> WorkerKey {
+    WorkerKey::new(w.worker_id, w.dp_rank)
 }
 
 impl Router {
@@ -214,7 +192,15 @@ impl Router {
     ) -> Result<Routed, RouteError> {
         let converted = CRequest::new(request);
         let mut rows: Vec<libroute_row> = candidates.iter().map(libroute_row::from).collect();
-        let out = self.route_raw(policy, selector, &converted.c(), hashes, &mut rows, id, now)?;
+        let out = self.route_raw(
+            policy,
+            selector,
+            &converted.args(),
+            hashes,
+            &mut rows,
+            id,
+            now,
+        )?;
         Ok(Routed {
             selection: Selection::from_c(&out, Vec::new()),
             rows: rows.iter().map(Row::from).collect(),
@@ -222,9 +208,9 @@ impl Router {
     }
 
     /// [`Router::route`] (`now` in prediction units) or [`Router::route_at`] (`now_ms`) over
-    /// C values: the request, the block hashes and the rows in the host's memory, the rows
-    /// filled in place with the cache and load the router found. The JVM fast path
-    /// (`crate::jni`) calls this.
+    /// the C vocabulary: the request, the block hashes and the rows in the host's memory, the
+    /// rows filled in place with the cache and load the router found. The JVM fast path and
+    /// the Python extension call this.
     ///
     /// # Errors
     ///
@@ -234,64 +220,29 @@ impl Router {
         &self,
         policy: &Policy,
         selector: &Selector,
-        request: &libroute_request,
+        request: &RequestArgs<'_>,
         hashes: &[u64],
         rows: &mut [libroute_row],
         id: u64,
         now: RouteTime,
     ) -> Result<libroute_selection, RouteError> {
-        let mut out = std::mem::MaybeUninit::<libroute_selection>::uninit();
-        policy.with(|policy_raw| {
+        policy.with(|policy| {
             selector.with(|state| {
                 self.with(|r| {
-                    // SAFETY: the router is exclusive under its mutex, the policy live under its
-                    // read lock, the selector exclusive under its mutex; the request's arrays are
-                    // valid by its contract; `hashes` and `rows` are valid for their lengths.
-                    unsafe {
-                        match now {
-                            RouteTime::Units(now) => route::libroute_router_route(
-                                r,
-                                policy_raw,
-                                state.raw.as_ptr(),
-                                request,
-                                hashes.as_ptr(),
-                                hashes.len(),
-                                rows.as_mut_ptr(),
-                                rows.len(),
-                                id,
-                                now,
-                                out.as_mut_ptr(),
-                            ),
-                            RouteTime::Ms(now_ms) => route::libroute_router_route_at(
-                                r,
-                                policy_raw,
-                                state.raw.as_ptr(),
-                                request,
-                                hashes.as_ptr(),
-                                hashes.len(),
-                                rows.as_mut_ptr(),
-                                rows.len(),
-                                id,
-                                now_ms,
-                                out.as_mut_ptr(),
-                            ),
-                        }
-                    }
+                    Ok(r.route(policy, &mut state.inner, request, hashes, rows, id, now)?)
                 })
             })
-        })?;
-        // SAFETY: written by the successful call above.
-        Ok(unsafe { out.assume_init() })
+        })
     }
 
-    /// Runs the C call `f` on the live handle, holding the lock.
-    fn with(
+    /// Runs `f` on the live router, holding the lock.
+    fn with<R>(
         &self,
-        f: impl FnOnce(*mut libroute_router) -> libroute_status,
-    ) -> Result<(), RouteError> {
-        let state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
-        match state.as_ref() {
-            Some(state) => check(f(state.raw.as_ptr())),
+        f: impl FnOnce(&mut host::Router) -> Result<R, RouteError>,
+    ) -> Result<R, RouteError> {
+        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        match state.as_mut() {
+            Some(router) => f(router),
             None => Err(closed("router")),
         }
     }
@@ -322,14 +273,8 @@ impl Router {
             host_weight: config.host_weight,
             disk_weight: config.disk_weight,
         };
-        let mut raw = null_mut();
-        // SAFETY: `c` is a valid config and `raw` a valid out-pointer.
-        check(unsafe { route::libroute_router_new(&raw const c, &raw mut raw) })?;
-        let raw = NonNull::new(raw).ok_or_else(|| RouteError::Panic {
-            detail: "libroute_router_new returned no router".to_owned(),
-        })?;
         Ok(Arc::new(Router {
-            state: Mutex::new(Some(RouterState { raw })),
+            state: Mutex::new(Some(host::Router::new(&c)?)),
         }))
     }
 
@@ -339,114 +284,86 @@ impl Router {
     ///
     /// `CapacityExceeded` beyond `max_workers`.
     pub fn add_worker(&self, worker: Worker) -> Result<(), RouteError> {
-        // SAFETY: the handle is live and the lock makes the call exclusive.
-        self.with(|r| unsafe { route::libroute_router_add_worker(r, worker.into()) })
+        self.with(|r| Ok(r.add_worker(worker.into())?))
     }
 
     /// Forgets a worker: its blocks leave the index and its load the ledger.
     ///
     /// # Errors
     ///
-    /// None in practice.
+    /// `Closed` after `release`.
     pub fn remove_worker(&self, worker: Worker) -> Result<(), RouteError> {
-        // SAFETY: the handle is live and the lock makes the call exclusive.
-        self.with(|r| unsafe { route::libroute_router_remove_worker(r, worker.into()) })
+        self.with(|r| {
+            r.remove_worker(worker.into());
+            Ok(())
+        })
     }
 
-    /// Applies KV events in order (all or none when one is invalid).
+    /// Applies KV events in order.
     ///
     /// # Errors
     ///
-    /// `InvalidArgument` naming the invalid event; nothing is applied then.
+    /// `Closed` after `release` (the events are typed: none can be invalid).
     pub fn apply_kv_events(&self, events: Vec<KvEvent>) -> Result<(), RouteError> {
-        let c: Vec<libroute_kv_event> = events
-            .iter()
-            .map(|e| {
-                let (kind, worker, tier, hashes): (_, _, _, &[u64]) = match e {
+        self.with(|r| {
+            for e in &events {
+                r.apply_kv_event(&match e {
                     KvEvent::Stored {
                         worker,
                         tier,
                         hashes,
-                    } => (
-                        route::libroute_kv_kind::Stored,
-                        *worker,
-                        tier.code(),
+                    } => CoreKvEvent::Stored {
+                        worker: key(*worker),
+                        tier: (*tier).into(),
                         hashes,
-                    ),
+                    },
                     KvEvent::Removed {
                         worker,
                         tier,
                         hashes,
-                    } => (
-                        route::libroute_kv_kind::Removed,
-                        *worker,
-                        tier.code(),
+                    } => CoreKvEvent::Removed {
+                        worker: key(*worker),
+                        tier: (*tier).into(),
                         hashes,
-                    ),
-                    KvEvent::Cleared { worker } => {
-                        (route::libroute_kv_kind::Cleared, *worker, 0, &[])
-                    }
-                    KvEvent::WorkerRemoved { worker } => {
-                        (route::libroute_kv_kind::WorkerRemoved, *worker, 0, &[])
-                    }
-                };
-                libroute_kv_event {
-                    kind: kind as u32,
-                    worker: worker.into(),
-                    tier,
-                    hashes: hashes.as_ptr(),
-                    hashes_len: hashes.len(),
-                }
-            })
-            .collect();
-        // SAFETY: the handle is live and exclusive; `c` holds `c.len()` events whose hashes point
-        // into `events`, which outlives the call.
-        self.with(|r| unsafe { route::libroute_router_apply_kv_events(r, c.as_ptr(), c.len()) })
+                    },
+                    KvEvent::Cleared { worker } => CoreKvEvent::Cleared {
+                        worker: key(*worker),
+                    },
+                    KvEvent::WorkerRemoved { worker } => CoreKvEvent::WorkerRemoved {
+                        worker: key(*worker),
+                    },
+                });
+            }
+            Ok(())
+        })
     }
 
     /// Applies replica events (idempotent: repeats and late events are absorbed and counted).
     ///
     /// # Errors
     ///
-    /// None in practice (the kinds are typed).
+    /// `Closed` after `release` (the kinds are typed).
     pub fn apply_ledger_events(&self, events: Vec<LedgerEvent>) -> Result<(), RouteError> {
-        let none = libroute_worker {
-            worker_id: 0,
-            dp_rank: 0,
-        };
-        let c: Vec<libroute_ledger_event> = events
-            .iter()
-            .map(|e| match *e {
-                LedgerEvent::Booked {
-                    id,
-                    worker,
-                    prefill_tokens,
-                    blocks,
-                } => libroute_ledger_event {
-                    kind: route::libroute_ledger_kind::Booked as u32,
-                    id,
-                    worker: worker.into(),
-                    prefill_tokens,
-                    blocks,
-                },
-                LedgerEvent::PrefillComplete { id } => libroute_ledger_event {
-                    kind: route::libroute_ledger_kind::PrefillComplete as u32,
-                    id,
-                    worker: none,
-                    prefill_tokens: 0,
-                    blocks: 0,
-                },
-                LedgerEvent::Freed { id } => libroute_ledger_event {
-                    kind: route::libroute_ledger_kind::Freed as u32,
-                    id,
-                    worker: none,
-                    prefill_tokens: 0,
-                    blocks: 0,
-                },
-            })
-            .collect();
-        // SAFETY: the handle is live and exclusive; `c` holds `c.len()` events.
-        self.with(|r| unsafe { route::libroute_router_apply_ledger_events(r, c.as_ptr(), c.len()) })
+        self.with(|r| {
+            for e in &events {
+                r.apply_ledger_event(&match *e {
+                    LedgerEvent::Booked {
+                        id,
+                        worker,
+                        prefill_tokens,
+                        blocks,
+                    } => CoreLedgerEvent::Booked {
+                        id,
+                        worker: key(worker),
+                        prefill_tokens,
+                        blocks,
+                    },
+                    LedgerEvent::PrefillComplete { id } => CoreLedgerEvent::PrefillComplete { id },
+                    LedgerEvent::Freed { id } => CoreLedgerEvent::Freed { id },
+                });
+            }
+            Ok(())
+        })
     }
 
     /// Books request `id` on `worker` (for hosts that select with a [`Selector`] themselves).
@@ -461,10 +378,7 @@ impl Router {
         prefill_tokens: u64,
         blocks: u64,
     ) -> Result<(), RouteError> {
-        self.with(|r| {
-            // SAFETY: the handle is live and the lock makes the call exclusive.
-            unsafe { route::libroute_router_book(r, id, worker.into(), prefill_tokens, blocks) }
-        })
+        self.with(|r| Ok(r.book(id, worker.into(), prefill_tokens, blocks, None)?))
     }
 
     /// Marks request `id`'s prefill complete.
@@ -473,8 +387,7 @@ impl Router {
     ///
     /// `UnknownRequest`.
     pub fn prefill_complete(&self, id: u64) -> Result<(), RouteError> {
-        // SAFETY: the handle is live and the lock makes the call exclusive.
-        self.with(|r| unsafe { route::libroute_router_prefill_complete(r, id) })
+        self.with(|r| Ok(r.prefill_complete(id, None)?))
     }
 
     /// Frees request `id` (finished or cancelled).
@@ -483,8 +396,7 @@ impl Router {
     ///
     /// `UnknownRequest`.
     pub fn free_request(&self, id: u64) -> Result<(), RouteError> {
-        // SAFETY: the handle is live and the lock makes the call exclusive.
-        self.with(|r| unsafe { route::libroute_router_free_request(r, id) })
+        self.with(|r| Ok(r.free_request(id)?))
     }
 
     /// Routes one request: fills the candidates' cache and load (any given are replaced) from the
@@ -569,12 +481,7 @@ impl Router {
         blocks: u64,
         now_ms: f64,
     ) -> Result<(), RouteError> {
-        self.with(|r| {
-            // SAFETY: the handle is live and the lock makes the call exclusive.
-            unsafe {
-                route::libroute_router_book_at(r, id, worker.into(), prefill_tokens, blocks, now_ms)
-            }
-        })
+        self.with(|r| Ok(r.book(id, worker.into(), prefill_tokens, blocks, Some(now_ms))?))
     }
 
     /// [`Router::prefill_complete`] at `now_ms`: a request booked at a time teaches its
@@ -584,8 +491,7 @@ impl Router {
     ///
     /// `UnknownRequest`, and `InvalidArgument` for a bad time.
     pub fn prefill_complete_at(&self, id: u64, now_ms: f64) -> Result<(), RouteError> {
-        // SAFETY: the handle is live and the lock makes the call exclusive.
-        self.with(|r| unsafe { route::libroute_router_prefill_complete_at(r, id, now_ms) })
+        self.with(|r| Ok(r.prefill_complete(id, Some(now_ms))?))
     }
 
     /// The router's counters.
@@ -594,9 +500,7 @@ impl Router {
     ///
     /// `Closed` after `release`.
     pub fn counters(&self) -> Result<RouterCounters, RouteError> {
-        let mut c = libroute_router_counters::default();
-        // SAFETY: the handle is live and exclusive; `c` is valid for a write.
-        self.with(|r| unsafe { route::libroute_router_get_counters(r, &raw mut c) })?;
+        let c = self.with(|r| Ok(r.counters()))?;
         Ok(RouterCounters {
             blocks: c.blocks as u64,
             index_workers: c.index_workers as u64,

@@ -6,7 +6,7 @@ use std::ptr::null;
 
 use route::{
     LIBROUTE_ROW_HAS_CACHE, LIBROUTE_ROW_HAS_LOAD, LIBROUTE_ROW_HAS_SPEED, LIBROUTE_ROW_OVERLOADED,
-    libroute_block_range, libroute_preferred_taint, libroute_reason, libroute_request,
+    RequestArgs, libroute_block_range, libroute_preferred_taint, libroute_reason, libroute_request,
     libroute_row, libroute_selection, libroute_worker,
 };
 
@@ -51,6 +51,17 @@ pub enum Role {
     Aggregated,
     /// Encoder workers.
     Encode,
+}
+
+impl From<Role> for libroute_core::Role {
+    fn from(role: Role) -> Self {
+        match role {
+            Role::Prefill => libroute_core::Role::Prefill,
+            Role::Decode => libroute_core::Role::Decode,
+            Role::Aggregated => libroute_core::Role::Aggregated,
+            Role::Encode => libroute_core::Role::Encode,
+        }
+    }
 }
 
 impl Role {
@@ -414,7 +425,7 @@ pub struct Inputs {
     pub preferred_taint: bool,
 }
 
-/// Converts a request record for the C ABI; the arrays it points into live in `self`.
+/// A request record converted to the C vocabulary the safe layer reads ([`CRequest::args`]).
 #[derive(Debug)]
 pub struct CRequest {
     preferred: Vec<libroute_preferred_taint>,
@@ -474,13 +485,13 @@ impl CRequest {
         }
     }
 
-    /// The C request, pointing into `self`'s arrays (valid while `self` is borrowed).
+    /// The request as the safe layer takes it, its arrays borrowed from `self`.
     #[must_use]
-    pub fn c(&self) -> libroute_request {
-        libroute_request {
-            preferred_taints: self.preferred.as_ptr(),
-            shared_hits: self.hits.as_ptr(),
-            ..self.request
+    pub fn args(&self) -> RequestArgs<'_> {
+        RequestArgs {
+            head: &self.request,
+            preferred_taints: Some(&self.preferred),
+            shared_hits: Some(&self.hits),
         }
     }
 }

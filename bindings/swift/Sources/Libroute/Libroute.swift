@@ -788,16 +788,16 @@ public protocol PolicySetProtocol: AnyObject, Sendable {
      *
      * # Errors
      *
-     * None in practice.
+     * None: the `Result` keeps the bindings' signature of earlier releases.
      */
     func instanceName(role: Role) throws  -> String
     
     /**
-     * The policy serving `role` (it keeps the set's memory alive).
+     * The policy serving `role` (shared with the set: releasing one releases only itself).
      *
      * # Errors
      *
-     * None in practice.
+     * None: the `Result` keeps the bindings' signature of earlier releases.
      */
     func policy(role: Role) throws  -> Policy
     
@@ -881,7 +881,7 @@ public convenience init(json: String)throws  {
      *
      * # Errors
      *
-     * None in practice.
+     * None: the `Result` keeps the bindings' signature of earlier releases.
      */
 open func instanceName(role: Role)throws  -> String  {
     return try  FfiConverterString.lift(try rustCallWithError(FfiConverterTypeRouteError_lift) {
@@ -894,11 +894,11 @@ open func instanceName(role: Role)throws  -> String  {
 }
     
     /**
-     * The policy serving `role` (it keeps the set's memory alive).
+     * The policy serving `role` (shared with the set: releasing one releases only itself).
      *
      * # Errors
      *
-     * None in practice.
+     * None: the `Result` keeps the bindings' signature of earlier releases.
      */
 open func policy(role: Role)throws  -> Policy  {
     return try  FfiConverterTypePolicy_lift(try rustCallWithError(FfiConverterTypeRouteError_lift) {
@@ -976,11 +976,11 @@ public protocol RouterProtocol: AnyObject, Sendable {
     func addWorker(worker: Worker) throws 
     
     /**
-     * Applies KV events in order (all or none when one is invalid).
+     * Applies KV events in order.
      *
      * # Errors
      *
-     * `InvalidArgument` naming the invalid event; nothing is applied then.
+     * `Closed` after `release` (the events are typed: none can be invalid).
      */
     func applyKvEvents(events: [KvEvent]) throws 
     
@@ -989,7 +989,7 @@ public protocol RouterProtocol: AnyObject, Sendable {
      *
      * # Errors
      *
-     * None in practice (the kinds are typed).
+     * `Closed` after `release` (the kinds are typed).
      */
     func applyLedgerEvents(events: [LedgerEvent]) throws 
     
@@ -1059,7 +1059,7 @@ public protocol RouterProtocol: AnyObject, Sendable {
      *
      * # Errors
      *
-     * None in practice.
+     * `Closed` after `release`.
      */
     func removeWorker(worker: Worker) throws 
     
@@ -1180,11 +1180,11 @@ open func addWorker(worker: Worker)throws   {try rustCallWithError(FfiConverterT
 }
     
     /**
-     * Applies KV events in order (all or none when one is invalid).
+     * Applies KV events in order.
      *
      * # Errors
      *
-     * `InvalidArgument` naming the invalid event; nothing is applied then.
+     * `Closed` after `release` (the events are typed: none can be invalid).
      */
 open func applyKvEvents(events: [KvEvent])throws   {try rustCallWithError(FfiConverterTypeRouteError_lift) {
         uniffiCallStatus in
@@ -1200,7 +1200,7 @@ open func applyKvEvents(events: [KvEvent])throws   {try rustCallWithError(FfiCon
      *
      * # Errors
      *
-     * None in practice (the kinds are typed).
+     * `Closed` after `release` (the kinds are typed).
      */
 open func applyLedgerEvents(events: [LedgerEvent])throws   {try rustCallWithError(FfiConverterTypeRouteError_lift) {
         uniffiCallStatus in
@@ -1333,7 +1333,7 @@ open func release()  {try! rustCall() {
      *
      * # Errors
      *
-     * None in practice.
+     * `Closed` after `release`.
      */
 open func removeWorker(worker: Worker)throws   {try rustCallWithError(FfiConverterTypeRouteError_lift) {
         uniffiCallStatus in
@@ -4950,19 +4950,19 @@ private let initializationResult: InitializationResult = {
     if (uniffi_route_uniffi_checksum_method_policy_release() != 15543) {
         return InitializationResult.apiChecksumMismatch
     }
-    if (uniffi_route_uniffi_checksum_method_policyset_instance_name() != 54588) {
+    if (uniffi_route_uniffi_checksum_method_policyset_instance_name() != 62177) {
         return InitializationResult.apiChecksumMismatch
     }
-    if (uniffi_route_uniffi_checksum_method_policyset_policy() != 43066) {
+    if (uniffi_route_uniffi_checksum_method_policyset_policy() != 38848) {
         return InitializationResult.apiChecksumMismatch
     }
     if (uniffi_route_uniffi_checksum_method_router_add_worker() != 20373) {
         return InitializationResult.apiChecksumMismatch
     }
-    if (uniffi_route_uniffi_checksum_method_router_apply_kv_events() != 45312) {
+    if (uniffi_route_uniffi_checksum_method_router_apply_kv_events() != 23261) {
         return InitializationResult.apiChecksumMismatch
     }
-    if (uniffi_route_uniffi_checksum_method_router_apply_ledger_events() != 24195) {
+    if (uniffi_route_uniffi_checksum_method_router_apply_ledger_events() != 46185) {
         return InitializationResult.apiChecksumMismatch
     }
     if (uniffi_route_uniffi_checksum_method_router_book() != 56266) {
@@ -4986,7 +4986,7 @@ private let initializationResult: InitializationResult = {
     if (uniffi_route_uniffi_checksum_method_router_release() != 38872) {
         return InitializationResult.apiChecksumMismatch
     }
-    if (uniffi_route_uniffi_checksum_method_router_remove_worker() != 9089) {
+    if (uniffi_route_uniffi_checksum_method_router_remove_worker() != 58342) {
         return InitializationResult.apiChecksumMismatch
     }
     if (uniffi_route_uniffi_checksum_method_router_route() != 17126) {

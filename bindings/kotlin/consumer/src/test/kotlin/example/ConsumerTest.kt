@@ -38,9 +38,9 @@ class ConsumerTest {
                 val mapped = java.io.File("/proc/self/maps").readLines()
                     .map { it.substringAfter('/', "").removeSuffix(" (deleted)") }
                     .toSet()
-                val copies = mapped.filter { it.contains("libroute_uniffi") }
+                val copies = mapped.filter { it.contains("libroute_jvm") }
                 val jnaTemp = mapped.filter { Regex("/jna[0-9]+\\.tmp$").containsMatchIn("/$it") }
-                assertEquals(1, copies.size, "libroute_uniffi is mapped from $copies")
+                assertEquals(1, copies.size, "libroute_jvm is mapped from $copies")
                 assertTrue(jnaTemp.size <= 1, "JNA extracted more than its dispatch library: $jnaTemp")
             }
         }

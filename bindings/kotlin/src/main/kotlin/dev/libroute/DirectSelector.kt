@@ -229,7 +229,7 @@ class DirectSelector(
 }
 
 /**
- * The native methods of [DirectSelector], in `libroute_uniffi`, which [NativeLoader] loaded for
+ * The native methods of [DirectSelector], in `libroute_jvm`, which [NativeLoader] loaded for
  * uniffi's bindings and the JVM alike.
  */
 internal object DirectLib {
@@ -237,11 +237,11 @@ internal object DirectLib {
         packedRowSize() // makes uniffi's bindings load the library, through NativeLoader
         if (NativeLoader.path == null) {
             // A library override, or JNA's own lookup: load that file for the JVM too.
-            val name = System.getProperty("uniffi.component.libroute.libraryOverride") ?: "route_uniffi"
+            val name = System.getProperty("uniffi.component.libroute.libraryOverride") ?: "route_jvm"
             val file = NativeLibrary.getInstance(name).file
             if (file == null || !file.isFile) {
                 throw UnsatisfiedLinkError(
-                    "DirectSelector needs libroute_uniffi as a file (in the JAR, or in jna.library.path); " +
+                    "DirectSelector needs libroute_jvm as a file (in the JAR, or in jna.library.path); " +
                         "JNA found it as $name"
                 )
             }

@@ -6,9 +6,9 @@ import java.nio.file.Files
 import java.nio.file.StandardCopyOption
 
 /**
- * Loads `libroute_uniffi` once for both of its callers: uniffi's JNA bindings (whose library
+ * Loads `libroute_jvm` (the uniffi facade and the JNI fast path, `ffi/jvm`) once for both of its callers: uniffi's JNA bindings (whose library
  * lookup `cargo xtask codegen` routes here) and the JNI natives of [DirectSelector]. It takes the
- * library from the JAR (`linux-x86-64/libroute_uniffi.so`, extracted to a temporary file) or
+ * library from the JAR (`linux-x86-64/libroute_jvm.so`, extracted to a temporary file) or
  * else from a directory of `jna.library.path`, loads it with [System.load] (which registers the
  * JNI natives) and gives JNA the same path, so the process holds one copy of libroute.
  */
@@ -31,7 +31,7 @@ internal object NativeLoader {
     private fun extract(name: String): File? {
         val resource = "${Platform.RESOURCE_PREFIX}/${System.mapLibraryName(name)}"
         val input = NativeLoader::class.java.classLoader?.getResourceAsStream(resource) ?: return null
-        val file = Files.createTempFile("libroute_uniffi", ".so").toFile()
+        val file = Files.createTempFile("libroute_jvm", ".so").toFile()
         file.deleteOnExit()
         input.use { Files.copy(it, file.toPath(), StandardCopyOption.REPLACE_EXISTING) }
         return file

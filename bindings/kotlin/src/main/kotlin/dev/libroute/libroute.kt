@@ -393,7 +393,7 @@ private fun findLibraryName(componentName: String): String {
         return libOverride
     }
     // Patched by `cargo xtask codegen`: one copy of the library for JNA and JNI.
-    return NativeLoader.library("route_uniffi")
+    return NativeLoader.library("route_jvm")
 }
 
 // Define FFI callback types
@@ -959,19 +959,19 @@ private fun uniffiCheckApiChecksums(lib: IntegrityCheckingUniffiLib) {
     if ((lib.uniffi_route_uniffi_checksum_method_policy_release() and 0xFFFF) != 15543) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
-    if ((lib.uniffi_route_uniffi_checksum_method_policyset_instance_name() and 0xFFFF) != 54588) {
+    if ((lib.uniffi_route_uniffi_checksum_method_policyset_instance_name() and 0xFFFF) != 62177) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
-    if ((lib.uniffi_route_uniffi_checksum_method_policyset_policy() and 0xFFFF) != 43066) {
+    if ((lib.uniffi_route_uniffi_checksum_method_policyset_policy() and 0xFFFF) != 38848) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
     if ((lib.uniffi_route_uniffi_checksum_method_router_add_worker() and 0xFFFF) != 20373) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
-    if ((lib.uniffi_route_uniffi_checksum_method_router_apply_kv_events() and 0xFFFF) != 45312) {
+    if ((lib.uniffi_route_uniffi_checksum_method_router_apply_kv_events() and 0xFFFF) != 23261) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
-    if ((lib.uniffi_route_uniffi_checksum_method_router_apply_ledger_events() and 0xFFFF) != 24195) {
+    if ((lib.uniffi_route_uniffi_checksum_method_router_apply_ledger_events() and 0xFFFF) != 46185) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
     if ((lib.uniffi_route_uniffi_checksum_method_router_book() and 0xFFFF) != 56266) {
@@ -995,7 +995,7 @@ private fun uniffiCheckApiChecksums(lib: IntegrityCheckingUniffiLib) {
     if ((lib.uniffi_route_uniffi_checksum_method_router_release() and 0xFFFF) != 38872) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
-    if ((lib.uniffi_route_uniffi_checksum_method_router_remove_worker() and 0xFFFF) != 9089) {
+    if ((lib.uniffi_route_uniffi_checksum_method_router_remove_worker() and 0xFFFF) != 58342) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
     if ((lib.uniffi_route_uniffi_checksum_method_router_route() and 0xFFFF) != 17126) {
@@ -1801,16 +1801,16 @@ public interface PolicySetInterface {
      *
      * # Errors
      *
-     * None in practice.
+     * None: the `Result` keeps the bindings' signature of earlier releases.
      */
     fun `instanceName`(`role`: Role): kotlin.String
     
     /**
-     * The policy serving `role` (it keeps the set's memory alive).
+     * The policy serving `role` (shared with the set: releasing one releases only itself).
      *
      * # Errors
      *
-     * None in practice.
+     * None: the `Result` keeps the bindings' signature of earlier releases.
      */
     fun `policy`(`role`: Role): Policy
     
@@ -1945,7 +1945,7 @@ open class PolicySet: Disposable, AutoCloseable, PolicySetInterface
      *
      * # Errors
      *
-     * None in practice.
+     * None: the `Result` keeps the bindings' signature of earlier releases.
      */
     @Throws(RouteException::class)override fun `instanceName`(`role`: Role): kotlin.String {
             return FfiConverterString.lift(
@@ -1963,11 +1963,11 @@ open class PolicySet: Disposable, AutoCloseable, PolicySetInterface
 
     
     /**
-     * The policy serving `role` (it keeps the set's memory alive).
+     * The policy serving `role` (shared with the set: releasing one releases only itself).
      *
      * # Errors
      *
-     * None in practice.
+     * None: the `Result` keeps the bindings' signature of earlier releases.
      */
     @Throws(RouteException::class)override fun `policy`(`role`: Role): Policy {
             return FfiConverterTypePolicy.lift(
@@ -2133,11 +2133,11 @@ public interface RouterInterface {
     fun `addWorker`(`worker`: Worker)
     
     /**
-     * Applies KV events in order (all or none when one is invalid).
+     * Applies KV events in order.
      *
      * # Errors
      *
-     * `InvalidArgument` naming the invalid event; nothing is applied then.
+     * `Closed` after `release` (the events are typed: none can be invalid).
      */
     fun `applyKvEvents`(`events`: List<KvEvent>)
     
@@ -2146,7 +2146,7 @@ public interface RouterInterface {
      *
      * # Errors
      *
-     * None in practice (the kinds are typed).
+     * `Closed` after `release` (the kinds are typed).
      */
     fun `applyLedgerEvents`(`events`: List<LedgerEvent>)
     
@@ -2216,7 +2216,7 @@ public interface RouterInterface {
      *
      * # Errors
      *
-     * None in practice.
+     * `Closed` after `release`.
      */
     fun `removeWorker`(`worker`: Worker)
     
@@ -2409,11 +2409,11 @@ open class Router: Disposable, AutoCloseable, RouterInterface
 
     
     /**
-     * Applies KV events in order (all or none when one is invalid).
+     * Applies KV events in order.
      *
      * # Errors
      *
-     * `InvalidArgument` naming the invalid event; nothing is applied then.
+     * `Closed` after `release` (the events are typed: none can be invalid).
      */
     @Throws(RouteException::class)override fun `applyKvEvents`(`events`: List<KvEvent>)
         = 
@@ -2434,7 +2434,7 @@ open class Router: Disposable, AutoCloseable, RouterInterface
      *
      * # Errors
      *
-     * None in practice (the kinds are typed).
+     * `Closed` after `release` (the kinds are typed).
      */
     @Throws(RouteException::class)override fun `applyLedgerEvents`(`events`: List<LedgerEvent>)
         = 
@@ -2606,7 +2606,7 @@ open class Router: Disposable, AutoCloseable, RouterInterface
      *
      * # Errors
      *
-     * None in practice.
+     * `Closed` after `release`.
      */
     @Throws(RouteException::class)override fun `removeWorker`(`worker`: Worker)
         = 
