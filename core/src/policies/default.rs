@@ -262,7 +262,50 @@ struct Multipliers<'a> {
     bits: [u64; 3],
 }
 
+/// Where [`row_cost`] gets a row's preferred-taint multiplier: [`Multipliers`] in general, or
+/// [`EagerMultipliers`], its table for up to 3 preferred taints, which the one-pass loop reads
+/// without writing (so the compiler may vectorize it).
+trait MultiplierOf {
+    fn of(&mut self, taints: TaintSet) -> Option<f64>;
+}
+
+impl MultiplierOf for Multipliers<'_> {
+    #[allow(clippy::inline_always, reason = "inside each mode's loop")]
+    #[inline(always)]
+    fn of(&mut self, taints: TaintSet) -> Option<f64> {
+        Multipliers::of(self, taints)
+    }
+}
+
+/// The eager table of [`Multipliers`] (up to 3 preferred taints), read only.
+struct EagerMultipliers {
+    table: [f64; 8],
+    bits: [u64; 3],
+}
+
+impl MultiplierOf for EagerMultipliers {
+    #[allow(clippy::inline_always, reason = "inside each mode's loop")]
+    #[inline(always)]
+    fn of(&mut self, taints: TaintSet) -> Option<f64> {
+        let mut subset = 0usize;
+        for (j, bit) in self.bits.iter().enumerate() {
+            subset |= usize::from(taints.0 & bit != 0) << j;
+        }
+        Some(self.table[subset])
+    }
+}
+
 impl<'a> Multipliers<'a> {
+    /// The read-only table, when every subset was computed up front (1 to 3 preferred taints).
+    fn eager(&self) -> Option<EagerMultipliers> {
+        let mut table = [0.0; 8];
+        table.copy_from_slice(&self.table[..8]);
+        self.eager.then_some(EagerMultipliers {
+            table,
+            bits: self.bits,
+        })
+    }
+
     fn new(preferred: &'a [PreferredTaint]) -> Self {
         let mut table = [0.0; 64];
         let eager = !preferred.is_empty() && preferred.len() <= 3;
@@ -332,7 +375,7 @@ impl<'a> Multipliers<'a> {
 #[inline(always)]
 fn row_cost<const M: u16>(
     ctx: &RowContext<'_>,
-    multipliers: &mut Multipliers<'_>,
+    multipliers: &mut impl MultiplierOf,
     row: &Row,
     (load_mask, cache_mask): (u64, u64),
     high: &mut u64,
@@ -485,12 +528,31 @@ fn admit_and_cost<const M: u16>(
     order: &mut [u32],
     costs: &mut [f64],
 ) -> Option<usize> {
+    let mut multipliers = Multipliers::new(ctx.preferred);
+    match multipliers.eager() {
+        Some(mut eager) if M & Mode::EXTRAS != 0 => {
+            admit_and_cost_with::<M>(ctx, required, rows, order, costs, &mut eager)
+        }
+        _ => admit_and_cost_with::<M>(ctx, required, rows, order, costs, &mut multipliers),
+    }
+}
+
+/// [`admit_and_cost`] with the multipliers of `multipliers`.
+#[allow(clippy::inline_always, reason = "one loop per mode")]
+#[inline(always)]
+fn admit_and_cost_with<const M: u16>(
+    ctx: &RowContext<'_>,
+    required: TaintSet,
+    rows: &[Row],
+    order: &mut [u32],
+    costs: &mut [f64],
+    multipliers: &mut impl MultiplierOf,
+) -> Option<usize> {
     let uniform = M & Mode::UNIFORM != 0;
     let first = rows.first()?;
     if rows.len() > LEFT_OUT as usize {
         return None;
     }
-    let mut multipliers = Multipliers::new(ctx.preferred);
     let (mut invalid, mut odd, mut high, mut left_out) =
         (first.has_unknown_flags(), 0, 0u64, 0usize);
     // In a uniform fleet every row has a speed if the first has (else `odd` shows it).
@@ -513,12 +575,12 @@ fn admit_and_cost<const M: u16>(
         if uniform {
             // Unknown flags, an overload mark and any other difference all show here.
             odd |= row.flags.0 ^ first.flags.0;
-            *cost = row_cost::<M>(ctx, &mut multipliers, row, fleet_masks, &mut high);
+            *cost = row_cost::<M>(ctx, multipliers, row, fleet_masks, &mut high);
             *slot = index;
         } else {
             invalid |= row.has_unknown_flags();
             speeds |= row.flags.0 & RowFlags::HAS_SPEED.0;
-            *cost = row_cost::<M>(ctx, &mut multipliers, row, ctx.masks(row), &mut high);
+            *cost = row_cost::<M>(ctx, multipliers, row, ctx.masks(row), &mut high);
             let excluded = !row.is_candidate(required);
             *slot = index | (u32::from(excluded) * LEFT_OUT);
             left_out += usize::from(excluded);
