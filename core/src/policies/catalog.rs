@@ -200,11 +200,12 @@ fn two_mode_one_pass(
     let (mut lo, mut hi, mut best) = (u64::MAX, 0, 0);
     let m = one_pass(request, rows, order, costs, |row, kept| {
         let load = metric.of(row.load());
-        if kept {
-            lo = lo.min(load);
-            hi = hi.max(load);
-            best = best.max(u64::from(row.cache().device_blocks));
-        }
+        // The candidates' range and best overlap, with `kept` as a mask instead of a branch:
+        // a row left out adds `u64::MAX` to the minimum and 0 to the maxima.
+        let keep = 0u64.wrapping_sub(u64::from(kept));
+        lo = lo.min(load | !keep);
+        hi = hi.max(load & keep);
+        best = best.max(u64::from(row.cache().device_blocks) & keep);
         as_cost(load)
     })?;
     let covers = as_cost(best) / as_cost(request.request_blocks()) > share;
