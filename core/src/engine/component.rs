@@ -273,6 +273,53 @@ pub trait Filters {
     }
     /// Filter `i`, for `i < len()`.
     fn get(&self, i: usize) -> Option<&dyn Filter>;
+
+    /// The first filter, in order, that does not keep `row`: its index and verdict, or its
+    /// index and error when it failed; `None` when every filter keeps the row. The default asks
+    /// each filter through [`Filters::get`]; a list of one concrete filter type calls them
+    /// directly instead ([`refusal_among`]), so the selection's loop can inline them.
+    ///
+    /// # Errors
+    ///
+    /// The index and error of the first filter that failed.
+    fn first_refusal(
+        &self,
+        request: &RequestView<'_>,
+        row: &RowView<'_>,
+    ) -> Result<Option<(usize, Verdict)>, (usize, ComponentError)> {
+        for i in 0..self.len() {
+            let Some(filter) = self.get(i) else {
+                continue;
+            };
+            match filter.check(request, row) {
+                Ok(Verdict::Keep) => {}
+                Ok(verdict) => return Ok(Some((i, verdict))),
+                Err(error) => return Err((i, error)),
+            }
+        }
+        Ok(None)
+    }
+}
+
+/// [`Filters::first_refusal`] over filters of one type, called without dynamic dispatch.
+///
+/// # Errors
+///
+/// As [`Filters::first_refusal`].
+#[inline]
+pub(crate) fn refusal_among<T: Filter>(
+    filters: &[T],
+    request: &RequestView<'_>,
+    row: &RowView<'_>,
+) -> Result<Option<(usize, Verdict)>, (usize, ComponentError)> {
+    for (i, filter) in filters.iter().enumerate() {
+        match filter.check(request, row) {
+            Ok(Verdict::Keep) => {}
+            Ok(verdict) => return Ok(Some((i, verdict))),
+            Err(error) => return Err((i, error)),
+        }
+    }
+    Ok(None)
 }
 
 /// An ordered list of scorers whose costs are summed: `()`, a tuple of up to six scorers, an
@@ -313,6 +360,13 @@ impl<T: Filter> Filters for [T] {
     fn get(&self, i: usize) -> Option<&dyn Filter> {
         <[T]>::get(self, i).map(|f| f as &dyn Filter)
     }
+    fn first_refusal(
+        &self,
+        request: &RequestView<'_>,
+        row: &RowView<'_>,
+    ) -> Result<Option<(usize, Verdict)>, (usize, ComponentError)> {
+        refusal_among(self, request, row)
+    }
 }
 
 impl<T: Scorer> Scorers for [T] {
@@ -331,6 +385,13 @@ impl<T: Filter, const K: usize> Filters for [T; K] {
     fn get(&self, i: usize) -> Option<&dyn Filter> {
         self.as_slice().get(i).map(|f| f as &dyn Filter)
     }
+    fn first_refusal(
+        &self,
+        request: &RequestView<'_>,
+        row: &RowView<'_>,
+    ) -> Result<Option<(usize, Verdict)>, (usize, ComponentError)> {
+        refusal_among(self, request, row)
+    }
 }
 
 impl<T: Scorer, const K: usize> Scorers for [T; K] {
@@ -348,6 +409,13 @@ impl<L: Filters + ?Sized> Filters for &L {
     }
     fn get(&self, i: usize) -> Option<&dyn Filter> {
         (**self).get(i)
+    }
+    fn first_refusal(
+        &self,
+        request: &RequestView<'_>,
+        row: &RowView<'_>,
+    ) -> Result<Option<(usize, Verdict)>, (usize, ComponentError)> {
+        (**self).first_refusal(request, row)
     }
 }
 

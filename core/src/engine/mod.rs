@@ -10,6 +10,7 @@ mod policy;
 pub mod rng;
 mod selector;
 
+pub(crate) use component::refusal_among;
 pub use component::{
     ComponentError, Filter, Filters, Pick, PickInput, PickReason, Picker, Scorer, Scorers, Verdict,
 };

@@ -284,18 +284,7 @@ impl<F: Filters, S: Scorers, P: Picker> Policy<F, S, P> {
         view: &RequestView<'_>,
         row: &Row,
     ) -> Result<Option<(usize, Verdict)>, (usize, ComponentError)> {
-        let row_view = RowView::new(view, row);
-        for i in 0..self.filters.len() {
-            let Some(filter) = self.filters.get(i) else {
-                continue;
-            };
-            match filter.check(view, &row_view) {
-                Ok(Verdict::Keep) => {}
-                Ok(verdict) => return Ok(Some((i, verdict))),
-                Err(error) => return Err((i, error)),
-            }
-        }
-        Ok(None)
+        self.filters.first_refusal(view, &RowView::new(view, row))
     }
 
     /// Selects with a generator the host brings (any `rand_core::Rng`). Rows are ordered by

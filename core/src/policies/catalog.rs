@@ -13,7 +13,7 @@ use crate::engine::rng::{self, RandomSource};
 use crate::engine::{
     ComponentError, Filter, Filters, Pick, PickInput, PickReason, Picker, Scorer, Scorers, Verdict,
 };
-use crate::engine::{LEFT_OUT, MAX_SCORERS, compact_left_out, mark_unfiltered};
+use crate::engine::{LEFT_OUT, MAX_SCORERS, compact_left_out, mark_unfiltered, refusal_among};
 use crate::policies::{DefaultCost, DefaultPicker};
 use crate::vocab::{Candidates, RequestView, RowView, WorkerInputs};
 use crate::vocab::{Leg, Load, Row, Speed, TaintSet};
@@ -1153,12 +1153,19 @@ impl Filter for BuiltinFilter {
         self.get().inputs(leg)
     }
 
+    /// Each variant's check called directly (not through [`BuiltinFilter::get`]'s `dyn`), so a
+    /// list of builtin filters inlines into the selection's loop.
+    #[inline]
     fn check(
         &self,
         request: &RequestView<'_>,
         row: &RowView<'_>,
     ) -> Result<Verdict, ComponentError> {
-        self.get().check(request, row)
+        match self {
+            BuiltinFilter::RequireTaints(f) => f.check(request, row),
+            BuiltinFilter::OverloadLimits(f) => f.check(request, row),
+            BuiltinFilter::AllowList(f) => f.check(request, row),
+        }
     }
 }
 
@@ -1306,6 +1313,14 @@ impl<T: Filter, const N: usize> Filters for List<T, N> {
 
     fn get(&self, i: usize) -> Option<&dyn Filter> {
         self.as_slice().get(i).map(|f| f as &dyn Filter)
+    }
+
+    fn first_refusal(
+        &self,
+        request: &RequestView<'_>,
+        row: &RowView<'_>,
+    ) -> Result<Option<(usize, Verdict)>, (usize, ComponentError)> {
+        refusal_among(self.as_slice(), request, row)
     }
 }
 
