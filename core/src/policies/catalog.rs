@@ -555,11 +555,12 @@ impl Scorer for SessionAffinity {
         candidates: &Candidates<'_>,
         costs: &mut [f64],
     ) -> Result<(), ComponentError> {
-        costs.fill(0.0);
+        let (rows, order) = candidates.raw();
+        let costs = &mut costs[..order.len()];
         let Some(session) = request.session() else {
+            costs.fill(0.0);
             return Ok(());
         };
-        let (rows, _) = candidates.raw();
         let owner = rows
             .iter()
             .filter(|r| r.taints.contains_all(request.required_taints()))
@@ -570,10 +571,15 @@ impl Scorer for SessionAffinity {
                 )
             })
             .map(|r| r.worker);
-        for (cost, row) in costs.iter_mut().zip(candidates.iter()) {
-            if Some(row.worker()) == owner {
-                *cost = -1.0;
-            }
+        // One pass writing every candidate's cost, the owner's -1 selected without a branch (the
+        // worker is not one of the groups a view hides, so reading the row directly is what the
+        // candidate's view shows).
+        for (cost, &i) in costs.iter_mut().zip(order) {
+            *cost = if Some(rows[i as usize].worker) == owner {
+                -1.0
+            } else {
+                0.0
+            };
         }
         Ok(())
     }
