@@ -277,7 +277,7 @@ pub trait Filters {
     /// The first filter, in order, that does not keep `row`: its index and verdict, or its
     /// index and error when it failed; `None` when every filter keeps the row. The default asks
     /// each filter through [`Filters::get`]; a list of one concrete filter type calls them
-    /// directly instead ([`refusal_among`]), so the selection's loop can inline them.
+    /// directly instead, so the selection's loop can inline them.
     ///
     /// # Errors
     ///

@@ -1159,7 +1159,7 @@ impl Filter for BuiltinFilter {
         self.get().inputs(leg)
     }
 
-    /// Each variant's check called directly (not through [`BuiltinFilter::get`]'s `dyn`), so a
+    /// Each variant's check called directly (not through `BuiltinFilter::get`'s `dyn`), so a
     /// list of builtin filters inlines into the selection's loop.
     #[inline]
     fn check(
