@@ -250,21 +250,63 @@ macro_rules! dispatch {
 
 /// The preferred-taint multipliers of one selection. The multiplier depends only on which of
 /// the preferred taints a row carries, so each of those subsets is computed once by
-/// [`taint_multiplier`] itself: all of them up front for up to 3 preferred taints (at most 8,
-/// so the per-row lookup has no branch), on first sight for up to 6, per row beyond.
+/// [`taint_multiplier`] itself: all of them up front for up to 3 preferred taints
+/// ([`EagerMultipliers`]: at most 8, so the per-row lookup has no branch), on first sight for up
+/// to 6, per row beyond.
 struct Multipliers<'a> {
     preferred: &'a [PreferredTaint],
+    /// 1 to 3 preferred taints: every subset's multiplier.
+    eager: Option<EagerMultipliers>,
+    /// 4 to 6 preferred taints: the multipliers of the subsets in `known`.
     table: [f64; 64],
     known: u64,
-    eager: bool,
-    /// With `eager`: the bit of each preferred taint, 0 past the last, so the subset takes three
-    /// fixed steps.
+}
+
+/// Every subset's multiplier for 1 to 3 preferred taints, computed up front and only read, so
+/// the one-pass loop that reads it may be vectorized.
+#[derive(Clone, Copy)]
+struct EagerMultipliers {
+    table: [f64; 8],
+    /// The bit of each preferred taint, 0 past the last, so the subset takes three fixed steps.
     bits: [u64; 3],
 }
 
+impl EagerMultipliers {
+    /// The table for `preferred`, when it holds 1 to 3 taints.
+    fn new(preferred: &[PreferredTaint]) -> Option<Self> {
+        if preferred.is_empty() || preferred.len() > 3 {
+            return None;
+        }
+        let mut table = [0.0; 8];
+        for (subset, m) in table.iter_mut().enumerate().take(1 << preferred.len()) {
+            let mut taints = TaintSet::EMPTY;
+            for (j, p) in preferred.iter().enumerate() {
+                if subset >> j & 1 == 1 {
+                    taints = taints.with(p.taint);
+                }
+            }
+            *m = taint_multiplier(preferred, taints).unwrap_or(1.0);
+        }
+        let mut bits = [0; 3];
+        for (bit, p) in bits.iter_mut().zip(preferred) {
+            *bit = TaintSet::EMPTY.with(p.taint).0;
+        }
+        Some(Self { table, bits })
+    }
+
+    #[allow(clippy::inline_always, reason = "inside each mode's loop")]
+    #[inline(always)]
+    fn lookup(&self, taints: TaintSet) -> f64 {
+        let mut subset = 0usize;
+        for (j, bit) in self.bits.iter().enumerate() {
+            subset |= usize::from(taints.0 & bit != 0) << j;
+        }
+        self.table[subset]
+    }
+}
+
 /// Where [`row_cost`] gets a row's preferred-taint multiplier: [`Multipliers`] in general, or
-/// [`EagerMultipliers`], its table for up to 3 preferred taints, which the one-pass loop reads
-/// without writing (so the compiler may vectorize it).
+/// their [`EagerMultipliers`], which the one-pass loop reads without writing.
 trait MultiplierOf {
     fn of(&mut self, taints: TaintSet) -> Option<f64>;
 }
@@ -277,61 +319,21 @@ impl MultiplierOf for Multipliers<'_> {
     }
 }
 
-/// The eager table of [`Multipliers`] (up to 3 preferred taints), read only.
-struct EagerMultipliers {
-    table: [f64; 8],
-    bits: [u64; 3],
-}
-
 impl MultiplierOf for EagerMultipliers {
     #[allow(clippy::inline_always, reason = "inside each mode's loop")]
     #[inline(always)]
     fn of(&mut self, taints: TaintSet) -> Option<f64> {
-        let mut subset = 0usize;
-        for (j, bit) in self.bits.iter().enumerate() {
-            subset |= usize::from(taints.0 & bit != 0) << j;
-        }
-        Some(self.table[subset])
+        Some(self.lookup(taints))
     }
 }
 
 impl<'a> Multipliers<'a> {
-    /// The read-only table, when every subset was computed up front (1 to 3 preferred taints).
-    fn eager(&self) -> Option<EagerMultipliers> {
-        let mut table = [0.0; 8];
-        table.copy_from_slice(&self.table[..8]);
-        self.eager.then_some(EagerMultipliers {
-            table,
-            bits: self.bits,
-        })
-    }
-
     fn new(preferred: &'a [PreferredTaint]) -> Self {
-        let mut table = [0.0; 64];
-        let eager = !preferred.is_empty() && preferred.len() <= 3;
-        if eager {
-            for (subset, m) in table.iter_mut().enumerate().take(1 << preferred.len()) {
-                let mut taints = TaintSet::EMPTY;
-                for (j, p) in preferred.iter().enumerate() {
-                    if subset >> j & 1 == 1 {
-                        taints = taints.with(p.taint);
-                    }
-                }
-                *m = taint_multiplier(preferred, taints).unwrap_or(1.0);
-            }
-        }
-        let mut bits = [0; 3];
-        if eager {
-            for (bit, p) in bits.iter_mut().zip(preferred) {
-                *bit = TaintSet::EMPTY.with(p.taint).0;
-            }
-        }
         Self {
             preferred,
-            table,
-            known: if eager { u64::MAX } else { 0 },
-            eager,
-            bits,
+            eager: EagerMultipliers::new(preferred),
+            table: [0.0; 64],
+            known: 0,
         }
     }
 
@@ -341,12 +343,8 @@ impl<'a> Multipliers<'a> {
         if self.preferred.is_empty() {
             return None;
         }
-        if self.eager {
-            let mut subset = 0usize;
-            for (j, bit) in self.bits.iter().enumerate() {
-                subset |= usize::from(taints.0 & bit != 0) << j;
-            }
-            return Some(self.table[subset]);
+        if let Some(eager) = &self.eager {
+            return Some(eager.lookup(taints));
         }
         if self.preferred.len() > 6 {
             return taint_multiplier(self.preferred, taints);
@@ -355,7 +353,7 @@ impl<'a> Multipliers<'a> {
         for (j, p) in self.preferred.iter().enumerate() {
             subset |= usize::from(taints.contains(p.taint)) << j;
         }
-        if !self.eager && self.known >> subset & 1 == 0 {
+        if self.known >> subset & 1 == 0 {
             self.table[subset] = taint_multiplier(self.preferred, taints)?;
             self.known |= 1 << subset;
         }
@@ -529,7 +527,7 @@ fn admit_and_cost<const M: u16>(
     costs: &mut [f64],
 ) -> Option<usize> {
     let mut multipliers = Multipliers::new(ctx.preferred);
-    match multipliers.eager() {
+    match multipliers.eager {
         Some(mut eager) if M & Mode::EXTRAS != 0 => {
             admit_and_cost_with::<M>(ctx, required, rows, order, costs, &mut eager)
         }
