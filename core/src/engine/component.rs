@@ -287,17 +287,11 @@ pub trait Filters {
         request: &RequestView<'_>,
         row: &RowView<'_>,
     ) -> Result<Option<(usize, Verdict)>, (usize, ComponentError)> {
-        for i in 0..self.len() {
-            let Some(filter) = self.get(i) else {
-                continue;
-            };
-            match filter.check(request, row) {
-                Ok(Verdict::Keep) => {}
-                Ok(verdict) => return Ok(Some((i, verdict))),
-                Err(error) => return Err((i, error)),
-            }
-        }
-        Ok(None)
+        first_refusal_of(
+            (0..self.len()).filter_map(|i| self.get(i).map(|f| (i, f))),
+            request,
+            row,
+        )
     }
 }
 
@@ -312,7 +306,17 @@ pub(crate) fn refusal_among<T: Filter>(
     request: &RequestView<'_>,
     row: &RowView<'_>,
 ) -> Result<Option<(usize, Verdict)>, (usize, ComponentError)> {
-    for (i, filter) in filters.iter().enumerate() {
+    first_refusal_of(filters.iter().enumerate(), request, row)
+}
+
+/// The one loop of [`Filters::first_refusal`], over `(index, filter)` pairs in order.
+#[inline]
+fn first_refusal_of<'f, T: Filter + ?Sized + 'f>(
+    filters: impl Iterator<Item = (usize, &'f T)>,
+    request: &RequestView<'_>,
+    row: &RowView<'_>,
+) -> Result<Option<(usize, Verdict)>, (usize, ComponentError)> {
+    for (i, filter) in filters {
         match filter.check(request, row) {
             Ok(Verdict::Keep) => {}
             Ok(verdict) => return Ok(Some((i, verdict))),
