@@ -103,10 +103,15 @@ pub use engine::{
     Selector, Verdict, WyRand,
 };
 pub use host::{
-    BlockEntry, BlockSlot, IndexCounters, IndexError, KvEvent, Ledger, LedgerCounters, LedgerError,
-    LedgerEvent, LoadSlot, Overlaps, PredictionKey, PredictionRecord, PredictionSlot, Predictions,
-    PrefixIndex, RequestEntry, RequestSlot, RouteError, Router, Slot, StorageError, TableKey, Tier,
-    WorkerLoad, WorkerSlot, WorkerState,
+    BatchSummary, EngineBlock, EngineSlot, Events, IngestCounters, IngestError, KvBatch, KvIngest,
+    Lora, MappedBlock, RemovedBlocks, SequenceCheck, SequenceStep, StoredBlocks, WireError,
+    WireEvent, WireProblem,
+};
+pub use host::{
+    BlockEntry, BlockHasher, BlockSlot, HashError, IndexCounters, IndexError, KvEvent, Ledger,
+    LedgerCounters, LedgerError, LedgerEvent, LoadSlot, Overlaps, PredictionKey, PredictionRecord,
+    PredictionSlot, Predictions, PrefixIndex, RequestEntry, RequestSlot, RouteError, Router, Slot,
+    StorageError, TableKey, Tier, WorkerLoad, WorkerSlot, WorkerState,
 };
 pub use policies::{
     ConfigError, DefaultCost, DefaultKnobs, DefaultPicker, DefaultPolicy, DefaultPolicyConfig,

@@ -300,3 +300,58 @@ fn timed_routing_and_calibration_do_not_allocate() {
     }
     assert_eq!(allocations() - before, 0);
 }
+
+/// `[0.0, [["BlockStored", hashes, parent, tokens, 16, None, "GPU"]]]` with `n` blocks (n < 16),
+/// block `b`'s engine hash `first + b` and tokens `b * 16 .. b * 16 + 16` (mod 128).
+fn stored_payload(first: u8, n: u8, parent: Option<u8>) -> Vec<u8> {
+    let mut p = vec![0x92, 0xcb, 0, 0, 0, 0, 0, 0, 0, 0, 0x91, 0x97, 0xab];
+    p.extend_from_slice(b"BlockStored");
+    p.push(0x90 | n);
+    p.extend((0..n).map(|b| (first + b) & 0x7f));
+    p.push(parent.map_or(0xc0, |h| h & 0x7f));
+    p.extend_from_slice(&[0xdc, 0, n * 16]);
+    p.extend((0..u16::from(n) * 16).map(|t| u8::try_from(t % 128).unwrap()));
+    p.extend_from_slice(&[16, 0xc0, 0xa3, b'G', b'P', b'U']);
+    p
+}
+
+#[test]
+fn hashing_and_kv_ingest_do_not_allocate() {
+    let mut index = PrefixIndex::<_, _, 1>::new(
+        vec![BlockSlot::<1>::empty(); 1 << 12],
+        vec![WorkerSlot::empty(); 128],
+    )
+    .unwrap();
+    let mut ingest = KvIngest::new(vec![EngineSlot::empty(); 1 << 10], 16).unwrap();
+    let first = stored_payload(0, 8, None);
+    let next = stored_payload(8, 8, Some(7));
+    // BlockRemoved of engine hashes 0..8, then AllBlocksCleared.
+    let mut removed = vec![0x92, 0xcb, 0, 0, 0, 0, 0, 0, 0, 0, 0x92, 0x93, 0xac];
+    removed.extend_from_slice(b"BlockRemoved");
+    removed.extend_from_slice(&[0x98, 0, 1, 2, 3, 4, 5, 6, 7, 0xc0, 0x91, 0xb0]);
+    removed.extend_from_slice(b"AllBlocksCleared");
+    let tokens: Vec<u32> = (0..2048).collect();
+    let hasher = BlockHasher::new(16, Some(b"adapter")).unwrap();
+    let mut block_hashes = vec![0u64; 128];
+    let iterations = if cfg!(miri) { 3 } else { 2_000u64 };
+    let mut run = |i: u64| {
+        let w = WorkerKey::new(i % 8, 0);
+        assert_eq!(
+            ingest.apply(&mut index, w, &first).unwrap().stored_blocks,
+            8
+        );
+        assert_eq!(ingest.apply(&mut index, w, &next).unwrap().stored_blocks, 8);
+        assert_eq!(ingest.apply(&mut index, w, &removed).unwrap().clears, 1);
+        assert!(ingest.apply(&mut index, w, &first[..20]).is_err());
+        assert_eq!(
+            hasher.sequence_hashes(&tokens, None, &mut block_hashes),
+            Ok(128)
+        );
+    };
+    run(0);
+    let before = allocations();
+    for i in 1..iterations {
+        run(i);
+    }
+    assert_eq!(allocations() - before, 0);
+}

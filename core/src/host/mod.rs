@@ -4,15 +4,23 @@
 //! engine, never a particular policy.
 
 pub mod calibrate;
+pub(crate) mod hashing;
 pub(crate) mod index;
+pub(crate) mod kv_events;
 pub(crate) mod ledger;
 pub(crate) mod predict;
 mod router;
 pub(crate) mod table;
 
+pub use hashing::{BlockHasher, HashError};
 pub use index::{
     BlockEntry, BlockSlot, IndexCounters, IndexError, KvEvent, Overlaps, PrefixIndex, Tier,
     WorkerSlot,
+};
+pub use kv_events::{
+    BatchSummary, EngineBlock, EngineSlot, Events, IngestCounters, IngestError, KvBatch, KvIngest,
+    Lora, MappedBlock, RemovedBlocks, SequenceCheck, SequenceStep, StoredBlocks, WireError,
+    WireEvent, WireProblem,
 };
 pub use ledger::{
     Ledger, LedgerCounters, LedgerError, LedgerEvent, LoadSlot, RequestEntry, RequestSlot,

@@ -175,6 +175,12 @@ impl<K: TableKey, V: Copy + Default, S: AsRef<[Slot<K, V>]> + AsMut<[Slot<K, V>]
         &mut self.slots.as_mut()[i].value
     }
 
+    /// The key at slot `i` (the default key if the slot is unused).
+    #[inline]
+    pub(crate) fn key(&self, i: usize) -> K {
+        self.slots.as_ref()[i].key
+    }
+
     /// Whether slot `i` holds a key.
     #[inline]
     pub(crate) fn is_used(&self, i: usize) -> bool {
