@@ -592,3 +592,133 @@ pub unsafe extern "C" fn libroute_router_get_counters(
         Ok(())
     })
 }
+
+/// What one engine KV batch did (`libroute_router_apply_kv_batch`).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct libroute_kv_batch_summary {
+    /// The worker the events were applied to: the one given, with the data-parallel rank the
+    /// batch names, if any.
+    pub worker: libroute_worker,
+    /// Events in the batch.
+    pub events: usize,
+    /// Blocks stored into the index.
+    pub stored_blocks: usize,
+    /// Blocks removed from the index.
+    pub removed_blocks: usize,
+    /// Stored blocks skipped because their parent block was never seen (their router hashes
+    /// depend on the prefix before them).
+    pub orphaned_blocks: usize,
+    /// Removed blocks that were never stored, ignored.
+    pub unknown_removals: usize,
+    /// `AllBlocksCleared` events.
+    pub clears: usize,
+}
+
+/// Turns on `libroute_router_apply_kv_batch`: engines' stored blocks must have `block_size`
+/// tokens (the size requests are hashed with, `libroute_block_hashes`), and the map from engine
+/// block hashes to the router's holds `engine_hash_slots / 2` blocks (a power of two of at least
+/// 8; size it like `block_slots`). Called again, it starts over with an empty map. Allocates the
+/// map.
+///
+/// # Safety
+///
+/// `router` must be a live handle not used concurrently.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn libroute_router_read_kv_batches(
+    router: *mut libroute_router,
+    block_size: u32,
+    engine_hash_slots: usize,
+) -> libroute_status {
+    boundary(|| {
+        // SAFETY: NULL or a live handle not used concurrently, by contract.
+        let r = unsafe { libroute_router::get_mut(router) }?;
+        r.read_kv_batches(block_size, engine_hash_slots)
+    })
+}
+
+/// Applies one raw KV-event payload, as vLLM and SGLang publish it (the third frame of their ZMQ
+/// messages: a msgpack `KVEventBatch`), to the index as `worker`'s events. The block hashes of
+/// stored blocks are recomputed from their token ids (`libroute_block_hashes`), so they match the
+/// hashes requests are routed with. The whole payload is checked first: a malformed, truncated
+/// or unknown payload is `INVALID_ARGUMENT` with a detail naming the byte offset, and changes
+/// nothing. `summary` may be NULL.
+///
+/// # Safety
+///
+/// `router` must be a live handle not used concurrently; `payload` must point to `len` bytes;
+/// `summary`, when not NULL, valid for a write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn libroute_router_apply_kv_batch(
+    router: *mut libroute_router,
+    worker: libroute_worker,
+    payload: *const u8,
+    len: usize,
+    summary: *mut libroute_kv_batch_summary,
+) -> libroute_status {
+    boundary(|| {
+        // SAFETY: NULL or a live handle not used concurrently, by contract.
+        let r = unsafe { libroute_router::get_mut(router) }?;
+        // SAFETY: `payload` holds `len` bytes by contract.
+        let payload = unsafe { slice_arg(payload, len, "payload") }?;
+        let s = r.apply_kv_batch(worker, payload)?;
+        if !summary.is_null() {
+            let c = libroute_kv_batch_summary {
+                worker: libroute_worker {
+                    worker_id: s.worker.worker_id,
+                    dp_rank: s.worker.dp_rank,
+                },
+                events: s.events,
+                stored_blocks: s.stored_blocks,
+                removed_blocks: s.removed_blocks,
+                orphaned_blocks: s.orphaned_blocks,
+                unknown_removals: s.unknown_removals,
+                clears: s.clears,
+            };
+            // SAFETY: non-NULL and valid for a write by contract.
+            unsafe { summary.write(c) };
+        }
+        Ok(())
+    })
+}
+
+/// Writes the chained block hashes of `tokens[0..tokens_len]` to `out` (one per complete block of
+/// `block_size` tokens; a trailing partial block is not hashed) and their count to `*written`:
+/// NVIDIA Dynamo's router hashes (xxh3-64, seed 1337, salted by the LoRA adapter's name
+/// `lora_name[0..lora_len]`; NULL or empty for the base model), the hashes the index is keyed by.
+/// `BUFFER_TOO_SMALL` when `out_capacity` is below the block count (`*written` says how many
+/// are needed; nothing else is written).
+///
+/// # Safety
+///
+/// `tokens` must point to `tokens_len` token ids, `lora_name` to `lora_len` bytes (or be NULL),
+/// `out` to `out_capacity` writable hashes; `written` valid for a write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn libroute_block_hashes(
+    tokens: *const u32,
+    tokens_len: usize,
+    block_size: u32,
+    lora_name: *const u8,
+    lora_len: usize,
+    out: *mut u64,
+    out_capacity: usize,
+    written: *mut usize,
+) -> libroute_status {
+    boundary(|| {
+        non_null!(written, "written");
+        // SAFETY: by contract.
+        let tokens = unsafe { slice_arg(tokens, tokens_len, "tokens") }?;
+        // SAFETY: by contract.
+        let lora = unsafe { slice_arg(lora_name, lora_len, "lora_name") }?;
+        // SAFETY: by contract.
+        let out = unsafe { slice_arg_mut(out, out_capacity, "out") }?;
+        let result = crate::host::block_hashes(tokens, block_size, lora, out);
+        let n = match &result {
+            Ok(n) => *n,
+            Err((needed, _)) => *needed,
+        };
+        // SAFETY: non-NULL and valid for a write by contract.
+        unsafe { written.write(n) };
+        result.map(drop).map_err(|(_, failure)| failure)
+    })
+}

@@ -3,7 +3,7 @@
 use std::cell::RefCell;
 use std::fmt::Display;
 
-use libroute_core::{ConfigError, LedgerError, SelectError};
+use libroute_core::{ConfigError, IngestError, LedgerError, SelectError};
 
 use crate::components::UNDEFINED_VERDICT;
 
@@ -214,6 +214,7 @@ enum Detail {
     Text(String),
     Select(SelectError),
     Ledger(LedgerError),
+    Ingest(IngestError),
 }
 
 impl Failure {
@@ -275,6 +276,19 @@ impl Failure {
         }
     }
 
+    /// An engine KV batch's failure: `CAPACITY_EXCEEDED` when the index has no bit left for a
+    /// new worker, else `INVALID_ARGUMENT` (the payload, naming the byte offset).
+    pub(crate) fn ingest(e: IngestError) -> Self {
+        let status = match e {
+            IngestError::Index(_) => libroute_status::CapacityExceeded,
+            _ => libroute_status::InvalidArgument,
+        };
+        Failure {
+            status,
+            detail: Detail::Ingest(e),
+        }
+    }
+
     /// The status: which kind of failure, as `libroute.h` numbers it.
     #[must_use]
     pub fn status(&self) -> libroute_status {
@@ -291,6 +305,7 @@ impl Display for Failure {
             Detail::Text(text) => f.write_str(text),
             Detail::Select(e) => e.fmt(f),
             Detail::Ledger(e) => e.fmt(f),
+            Detail::Ingest(e) => e.fmt(f),
         }
     }
 }

@@ -971,6 +971,42 @@ typedef struct libroute_router_counters {
 } libroute_router_counters;
 
 /**
+ * What one engine KV batch did (`libroute_router_apply_kv_batch`).
+ */
+typedef struct libroute_kv_batch_summary {
+  /**
+   * The worker the events were applied to: the one given, with the data-parallel rank the
+   * batch names, if any.
+   */
+  struct libroute_worker worker;
+  /**
+   * Events in the batch.
+   */
+  size_t events;
+  /**
+   * Blocks stored into the index.
+   */
+  size_t stored_blocks;
+  /**
+   * Blocks removed from the index.
+   */
+  size_t removed_blocks;
+  /**
+   * Stored blocks skipped because their parent block was never seen (their router hashes
+   * depend on the prefix before them).
+   */
+  size_t orphaned_blocks;
+  /**
+   * Removed blocks that were never stored, ignored.
+   */
+  size_t unknown_removals;
+  /**
+   * `AllBlocksCleared` events.
+   */
+  size_t clears;
+} libroute_kv_batch_summary;
+
+/**
  * Every status, for the message table and its tests.
  */
 #define libroute_status_ALL { libroute_status_Ok, libroute_status_NullArgument, libroute_status_InvalidArgument, libroute_status_BufferTooSmall, libroute_status_CapacityExceeded, libroute_status_InvalidJson, libroute_status_UnknownKey, libroute_status_InvalidKnob, libroute_status_TooManyComponents, libroute_status_NoEndpoints, libroute_status_AllFiltered, libroute_status_AllOverloaded, libroute_status_InvalidRequest, libroute_status_InvalidRow, libroute_status_DuplicateWorker, libroute_status_PinNotAllowed, libroute_status_PinOverloaded, libroute_status_PinIneligible, libroute_status_NonFiniteCost, libroute_status_NonFiniteTotal, libroute_status_PickOutOfRange, libroute_status_FilterFailed, libroute_status_ScorerFailed, libroute_status_PickerFailed, libroute_status_DuplicateRequest, libroute_status_UnknownRequest, libroute_status_UnknownWorker, libroute_status_Panic, }
@@ -1413,6 +1449,62 @@ libroute_status libroute_router_route_at(struct libroute_router *router,
  */
 libroute_status libroute_router_get_counters(struct libroute_router *router,
                                              struct libroute_router_counters *out);
+
+/**
+ * Turns on `libroute_router_apply_kv_batch`: engines' stored blocks must have `block_size`
+ * tokens (the size requests are hashed with, `libroute_block_hashes`), and the map from engine
+ * block hashes to the router's holds `engine_hash_slots / 2` blocks (a power of two of at least
+ * 8; size it like `block_slots`). Called again, it starts over with an empty map. Allocates the
+ * map.
+ *
+ * # Safety
+ *
+ * `router` must be a live handle not used concurrently.
+ */
+libroute_status libroute_router_read_kv_batches(struct libroute_router *router,
+                                                uint32_t block_size,
+                                                size_t engine_hash_slots);
+
+/**
+ * Applies one raw KV-event payload, as vLLM and SGLang publish it (the third frame of their ZMQ
+ * messages: a msgpack `KVEventBatch`), to the index as `worker`'s events. The block hashes of
+ * stored blocks are recomputed from their token ids (`libroute_block_hashes`), so they match the
+ * hashes requests are routed with. The whole payload is checked first: a malformed, truncated
+ * or unknown payload is `INVALID_ARGUMENT` with a detail naming the byte offset, and changes
+ * nothing. `summary` may be NULL.
+ *
+ * # Safety
+ *
+ * `router` must be a live handle not used concurrently; `payload` must point to `len` bytes;
+ * `summary`, when not NULL, valid for a write.
+ */
+libroute_status libroute_router_apply_kv_batch(struct libroute_router *router,
+                                               struct libroute_worker worker,
+                                               const uint8_t *payload,
+                                               size_t len,
+                                               struct libroute_kv_batch_summary *summary);
+
+/**
+ * Writes the chained block hashes of `tokens[0..tokens_len]` to `out` (one per complete block of
+ * `block_size` tokens; a trailing partial block is not hashed) and their count to `*written`:
+ * NVIDIA Dynamo's router hashes (xxh3-64, seed 1337, salted by the LoRA adapter's name
+ * `lora_name[0..lora_len]`; NULL or empty for the base model), the hashes the index is keyed by.
+ * `BUFFER_TOO_SMALL` when `out_capacity` is below the block count (`*written` says how many
+ * are needed; nothing else is written).
+ *
+ * # Safety
+ *
+ * `tokens` must point to `tokens_len` token ids, `lora_name` to `lora_len` bytes (or be NULL),
+ * `out` to `out_capacity` writable hashes; `written` valid for a write.
+ */
+libroute_status libroute_block_hashes(const uint32_t *tokens,
+                                      size_t tokens_len,
+                                      uint32_t block_size,
+                                      const uint8_t *lora_name,
+                                      size_t lora_len,
+                                      uint64_t *out,
+                                      size_t out_capacity,
+                                      size_t *written);
 
 /**
  * Writes the message of status `code` (NUL-terminated) into `buf[0..len]` and its length to

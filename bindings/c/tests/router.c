@@ -264,8 +264,86 @@ static void test_bad_input(void) {
   libroute_router_free(NULL);
 }
 
+/* vLLM's payload for worker 7: [ts, [["BlockStored", [11, 12], None, tokens 1..32, 16, None, "GPU"]]]. */
+static size_t stored_payload(uint8_t *p) {
+  static const uint8_t head[] = {0x92, 0xcb, 0x3f, 0xf0, 0, 0, 0, 0, 0, 0, 0x91, 0x97, 0xab,
+                                 'B', 'l', 'o', 'c', 'k', 'S', 't', 'o', 'r', 'e', 'd',
+                                 0x92, 11, 12, 0xc0, 0xdc, 0, 32};
+  static const uint8_t tail[] = {16, 0xc0, 0xa3, 'G', 'P', 'U'};
+  size_t n = 0, t;
+  memcpy(p, head, sizeof head);
+  n += sizeof head;
+  for (t = 1; t <= 32; t++) p[n++] = (uint8_t)t;
+  memcpy(p + n, tail, sizeof tail);
+  return n + sizeof tail;
+}
+
+static void test_engine_kv_batches(void) {
+  libroute_router_config cfg = config(0);
+  libroute_router *router = NULL;
+  libroute_policy *policy = NULL;
+  libroute_selector *selector = NULL;
+  libroute_kv_batch_summary summary;
+  libroute_request req = request(32);
+  libroute_selection sel;
+  libroute_row rows[2];
+  uint8_t payload[128];
+  size_t len = stored_payload(payload), written = 0;
+  uint32_t tokens[33];
+  uint64_t hashes[2];
+  char detail[256];
+  uint32_t t;
+  for (t = 0; t < 33; t++) tokens[t] = t + 1;
+  EXPECT_STATUS(libroute_router_new(&cfg, &router), LIBROUTE_STATUS_OK);
+  libroute_policy_new_default(&policy);
+  libroute_selector_new(16, 1, &selector);
+  libroute_router_add_worker(router, worker(7));
+  libroute_router_add_worker(router, worker(8));
+
+  EXPECT_STATUS(libroute_router_apply_kv_batch(router, worker(7), payload, len, &summary),
+                LIBROUTE_STATUS_INVALID_ARGUMENT);
+  libroute_last_error(detail, sizeof detail, &written);
+  CHECK(strstr(detail, "libroute_router_read_kv_batches") != NULL, "off until sized");
+  EXPECT_STATUS(libroute_router_read_kv_batches(router, 0, 1024), LIBROUTE_STATUS_INVALID_ARGUMENT);
+  EXPECT_STATUS(libroute_router_read_kv_batches(router, 16, 1000), LIBROUTE_STATUS_INVALID_ARGUMENT);
+  EXPECT_STATUS(libroute_router_read_kv_batches(router, 16, 1024), LIBROUTE_STATUS_OK);
+
+  /* Truncated: an error naming the byte, and nothing changes. */
+  EXPECT_STATUS(libroute_router_apply_kv_batch(router, worker(7), payload, 40, &summary),
+                LIBROUTE_STATUS_INVALID_ARGUMENT);
+  libroute_last_error(detail, sizeof detail, &written);
+  CHECK(strcmp(detail, "KV event payload, byte 40: the payload ends inside a value") == 0, detail);
+  CHECK(counters(router).blocks == 0, "a refused payload changes nothing");
+
+  EXPECT_STATUS(libroute_router_apply_kv_batch(router, worker(7), payload, len, &summary), LIBROUTE_STATUS_OK);
+  CHECK(summary.events == 1 && summary.stored_blocks == 2 && summary.worker.worker_id == 7, "two blocks stored");
+  CHECK(counters(router).blocks == 2, "the index holds them");
+  EXPECT_STATUS(libroute_router_apply_kv_batch(router, worker(7), payload, len, NULL), LIBROUTE_STATUS_OK);
+
+  /* A request hashed from the same tokens finds them on worker 7. */
+  EXPECT_STATUS(libroute_block_hashes(tokens, 33, 16, NULL, 0, hashes, 1, &written), LIBROUTE_STATUS_BUFFER_TOO_SMALL);
+  CHECK(written == 2, "two hashes are needed");
+  EXPECT_STATUS(libroute_block_hashes(tokens, 33, 16, NULL, 0, hashes, 2, &written), LIBROUTE_STATUS_OK);
+  CHECK(written == 2, "two complete blocks; the 33rd token is not hashed");
+  EXPECT_STATUS(libroute_block_hashes(tokens, 33, 0, NULL, 0, hashes, 2, &written), LIBROUTE_STATUS_INVALID_ARGUMENT);
+  EXPECT_STATUS(libroute_block_hashes(tokens, 33, 16, NULL, 3, hashes, 2, &written), LIBROUTE_STATUS_NULL_ARGUMENT);
+  EXPECT_STATUS(libroute_block_hashes(tokens, 33, 16, NULL, 0, hashes, 2, NULL), LIBROUTE_STATUS_NULL_ARGUMENT);
+  memset(rows, 0, sizeof rows);
+  rows[0].worker = worker(8);
+  rows[1].worker = worker(7);
+  EXPECT_STATUS(libroute_router_route(router, policy, selector, &req, hashes, 2, rows, 2, 1, 0, &sel), LIBROUTE_STATUS_OK);
+  CHECK(sel.worker.worker_id == 7 && sel.cached_tokens == 32, "the engine's blocks are the request's");
+
+  EXPECT_STATUS(libroute_router_apply_kv_batch(router, worker(7), NULL, 3, &summary), LIBROUTE_STATUS_NULL_ARGUMENT);
+  EXPECT_STATUS(libroute_router_apply_kv_batch(NULL, worker(7), payload, len, &summary), LIBROUTE_STATUS_NULL_ARGUMENT);
+  libroute_selector_free(selector);
+  libroute_policy_free(policy);
+  libroute_router_free(router);
+}
+
 int main(void) {
   test_events_route_book_free();
+  test_engine_kv_batches();
   test_replica_events();
   test_approximate_mode();
   test_timed_routing_calibrates_ttft();

@@ -14,11 +14,13 @@
 // Why: this layer is the C ABI's logic without its pointers; nothing here may need unsafe.
 #![forbid(unsafe_code)]
 
+mod hashes;
 mod policy;
 mod policy_set;
 mod router;
 mod selector;
 
+pub use hashes::block_hashes;
 pub use policy::Policy;
 pub use policy_set::PolicySet;
 pub use router::{Clock, Router};

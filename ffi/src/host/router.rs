@@ -3,9 +3,9 @@
 //! and counters.
 
 use libroute_core::{
-    BlockSlot, KvEvent, Ledger, LedgerEvent, LoadSlot, PredictionRecord, PredictionSlot,
-    Predictions, PrefixIndex, RequestSlot, RouteError, Router as GenericRouter, Row, WorkerKey,
-    WorkerSlot,
+    BatchSummary, BlockSlot, EngineSlot, KvEvent, KvIngest, Ledger, LedgerEvent, LoadSlot,
+    PredictionRecord, PredictionSlot, Predictions, PrefixIndex, RequestSlot, RouteError,
+    Router as GenericRouter, Row, WorkerKey, WorkerSlot,
 };
 
 use crate::host::policy::Kind;
@@ -28,6 +28,7 @@ type CoreRouter<const W: usize> = GenericRouter<
     W,
 >;
 type CorePredictions = Predictions<Boxed<PredictionSlot>, Boxed<PredictionRecord>>;
+type CoreIngest = KvIngest<Boxed<EngineSlot>>;
 
 /// The core router of the worker width `max_workers` asked for.
 enum AnyRouter {
@@ -68,9 +69,15 @@ pub enum Clock {
 
 /// The host's state behind a `libroute_router`: all memory is allocated by [`Router::new`];
 /// nothing allocates afterwards. One caller at a time (`&mut self`).
+#[allow(
+    clippy::struct_field_names,
+    reason = "`router` is the core's router, the one field every call goes through"
+)]
 pub struct Router {
     router: AnyRouter,
     predictions: Option<CorePredictions>,
+    /// Engines' KV-event payloads: on once [`Router::read_kv_batches`] sized it.
+    ingest: Option<CoreIngest>,
 }
 
 impl std::fmt::Debug for Router {
@@ -180,7 +187,54 @@ impl Router {
         Ok(Router {
             router,
             predictions,
+            ingest: None,
         })
+    }
+
+    /// Turns on [`Router::apply_kv_batch`]: engines' stored blocks must have `block_size` tokens
+    /// (the size requests are hashed with), and the map from engine block hashes to the router's
+    /// holds `engine_hash_slots / 2` blocks (size it like the index's `block_slots`). Called
+    /// again, it starts over with an empty map. Allocates the map.
+    ///
+    /// # Errors
+    ///
+    /// `INVALID_ARGUMENT` (a block size of 0, a slot count that is not a power of two of at
+    /// least 8); `CAPACITY_EXCEEDED` (above `LIBROUTE_MAX_TABLE_SLOTS`).
+    pub fn read_kv_batches(
+        &mut self,
+        block_size: u32,
+        engine_hash_slots: usize,
+    ) -> Result<(), Failure> {
+        let slots = table(engine_hash_slots, EngineSlot::empty(), "engine_hash_slots")?;
+        let ingest = KvIngest::new(slots, block_size)
+            .map_err(|e| Failure::new(libroute_status::InvalidArgument, e))?;
+        self.ingest = Some(ingest);
+        Ok(())
+    }
+
+    /// Applies one raw `KVEventBatch` payload (vLLM's or SGLang's msgpack, as published on their
+    /// ZMQ socket) to the index as `worker`'s events; the data-parallel rank the batch names
+    /// replaces `worker`'s. The payload is checked whole first.
+    ///
+    /// # Errors
+    ///
+    /// `INVALID_ARGUMENT` for a malformed, truncated or unknown payload (the sentence names the
+    /// byte offset), a block size other than the one given to [`Router::read_kv_batches`], or
+    /// before that call; `CAPACITY_EXCEEDED` for a new worker when the index tracks
+    /// `max_workers` already. Nothing changes on error.
+    pub fn apply_kv_batch(
+        &mut self,
+        worker: libroute_worker,
+        payload: &[u8],
+    ) -> Result<BatchSummary, Failure> {
+        let Some(ingest) = self.ingest.as_mut() else {
+            return Err(Failure::fixed(
+                libroute_status::InvalidArgument,
+                "engine KV batches are off: size them with libroute_router_read_kv_batches first",
+            ));
+        };
+        with_router!(&mut self.router, x => ingest.apply(&mut x.index, key(worker), payload))
+            .map_err(Failure::ingest)
     }
 
     /// Registers a worker with the ledger (the index learns workers from their KV events).
@@ -199,6 +253,9 @@ impl Router {
             let _ = x.index.apply(&KvEvent::WorkerRemoved { worker: key(worker) });
             x.ledger.remove_worker(key(worker));
         });
+        if let Some(ingest) = self.ingest.as_mut() {
+            ingest.forget_worker(key(worker));
+        }
     }
 
     /// Applies one KV event to the index. A `Stored` event of a new worker when the index already
@@ -288,6 +345,7 @@ impl Router {
         let Router {
             router,
             predictions,
+            ..
         } = self;
         let result = with_core_request(request, |core_request| {
             with_router!(router, x => route_any(
