@@ -173,6 +173,94 @@ func (r *Router) ApplyKvEvents(events []KvEvent) error {
 	return err
 }
 
+// KvBatchSummary is what one engine KV batch did (Router.ApplyKvBatch).
+type KvBatchSummary struct {
+	// Worker the events were applied to: the one given, with the batch's data-parallel rank.
+	Worker Worker
+	// Events in the batch.
+	Events int
+	// StoredBlocks and RemovedBlocks went into and out of the index.
+	StoredBlocks, RemovedBlocks int
+	// OrphanedBlocks were stored after a parent block never seen, and skipped.
+	OrphanedBlocks int
+	// UnknownRemovals are removed blocks never stored, ignored.
+	UnknownRemovals int
+	// Clears counts AllBlocksCleared events.
+	Clears int
+}
+
+// ReadKvBatches turns on ApplyKvBatch: engines' stored blocks have blockSize tokens (the size
+// requests are hashed with, BlockHashes), and the map from engine block hashes to the router's
+// holds engineHashSlots/2 blocks (a power of two of at least 8; size it like BlockSlots).
+func (r *Router) ReadKvBatches(blockSize uint32, engineHashSlots int) error {
+	if engineHashSlots < 0 {
+		return &Error{Status: StatusInvalidArgument, Detail: "engineHashSlots is negative"}
+	}
+	return r.do(func(p *C.libroute_router) C.libroute_status {
+		return C.libroute_router_read_kv_batches(p, C.uint32_t(blockSize), C.size_t(engineHashSlots))
+	})
+}
+
+// ApplyKvBatch applies one raw KV-event payload, as vLLM and SGLang publish it (the msgpack frame
+// of their ZMQ messages), as w's events. A malformed, truncated or unknown payload is
+// StatusInvalidArgument with a detail naming the byte offset, and changes nothing.
+func (r *Router) ApplyKvBatch(w Worker, payload []byte) (KvBatchSummary, error) {
+	var s C.libroute_kv_batch_summary
+	var ptr *C.uint8_t
+	if len(payload) > 0 {
+		ptr = (*C.uint8_t)(unsafe.Pointer(&payload[0]))
+	}
+	err := r.do(func(p *C.libroute_router) C.libroute_status {
+		return C.libroute_router_apply_kv_batch(p, cWorker(w), ptr, C.size_t(len(payload)), &s)
+	})
+	runtime.KeepAlive(payload)
+	if err != nil {
+		return KvBatchSummary{}, err
+	}
+	return KvBatchSummary{
+		Worker:          Worker{ID: uint64(s.worker.worker_id), DPRank: uint32(s.worker.dp_rank)},
+		Events:          int(s.events),
+		StoredBlocks:    int(s.stored_blocks),
+		RemovedBlocks:   int(s.removed_blocks),
+		OrphanedBlocks:  int(s.orphaned_blocks),
+		UnknownRemovals: int(s.unknown_removals),
+		Clears:          int(s.clears),
+	}, nil
+}
+
+// BlockHashes returns the chained block hashes of tokens (one per complete block of blockSize
+// tokens), as NVIDIA Dynamo's router computes them, salted by the LoRA adapter's name ("" for
+// the base model): the hashes to route with when engines' KV batches feed the router.
+func BlockHashes(tokens []uint32, blockSize uint32, loraName string) ([]uint64, error) {
+	if blockSize == 0 {
+		return nil, &Error{Status: StatusInvalidArgument, Detail: "block_size must be at least 1 token"}
+	}
+	out := make([]uint64, len(tokens)/int(blockSize))
+	var tok *C.uint32_t
+	if len(tokens) > 0 {
+		tok = (*C.uint32_t)(unsafe.Pointer(&tokens[0]))
+	}
+	var lora *C.uint8_t
+	if len(loraName) > 0 {
+		lora = (*C.uint8_t)(unsafe.Pointer(unsafe.StringData(loraName)))
+	}
+	var outPtr *C.uint64_t
+	if len(out) > 0 {
+		outPtr = (*C.uint64_t)(unsafe.Pointer(&out[0]))
+	}
+	var written C.size_t
+	err := call(func() C.libroute_status {
+		return C.libroute_block_hashes(tok, C.size_t(len(tokens)), C.uint32_t(blockSize), lora,
+			C.size_t(len(loraName)), outPtr, C.size_t(len(out)), &written)
+	})
+	runtime.KeepAlive(tokens)
+	runtime.KeepAlive(loraName)
+	if err != nil {
+		return nil, err
+	}
+	return out[:written], nil
+}
+
 // LedgerKind is the kind of a replica's booking event.
 type LedgerKind uint32
 

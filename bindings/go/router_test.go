@@ -144,3 +144,69 @@ func TestTimedRoutingCalibratesTheTtftPolicy(t *testing.T) {
 		t.Errorf("NaN time: %v", err)
 	}
 }
+
+// storedPayload is vLLM's msgpack payload [ts, [["BlockStored", [11, 12], nil, tokens 1..32, 16,
+// nil, "GPU"]]].
+func storedPayload() []byte {
+	p := []byte{0x92, 0xcb, 0x3f, 0xf0, 0, 0, 0, 0, 0, 0, 0x91, 0x97, 0xab}
+	p = append(p, "BlockStored"...)
+	p = append(p, 0x92, 11, 12, 0xc0, 0xdc, 0, 32)
+	for t := byte(1); t <= 32; t++ {
+		p = append(p, t)
+	}
+	return append(p, 16, 0xc0, 0xa3, 'G', 'P', 'U')
+}
+
+func TestEngineKvBatches(t *testing.T) {
+	router := newTestRouter(t, 0)
+	defer router.Close()
+	payload := storedPayload()
+	if _, err := router.ApplyKvBatch(workerA, payload); !errors.Is(err, StatusInvalidArgument) {
+		t.Fatalf("before ReadKvBatches: %v", err)
+	}
+	if err := router.ReadKvBatches(16, 64); err != nil {
+		t.Fatal(err)
+	}
+	_, err := router.ApplyKvBatch(workerA, payload[:40])
+	var e *Error
+	if !errors.As(err, &e) || e.Detail != "KV event payload, byte 40: the payload ends inside a value" {
+		t.Fatalf("truncated: %v", err)
+	}
+	if c, _ := router.Counters(); c.Blocks != 0 {
+		t.Fatalf("a refused payload changed the index: %+v", c)
+	}
+	s, err := router.ApplyKvBatch(workerA, payload)
+	if err != nil || s.StoredBlocks != 2 || s.Events != 1 || s.Worker != workerA {
+		t.Fatalf("summary %+v, %v", s, err)
+	}
+	tokens := make([]uint32, 33)
+	for i := range tokens {
+		tokens[i] = uint32(i + 1)
+	}
+	hashes, err := BlockHashes(tokens, 16, "")
+	if err != nil || len(hashes) != 2 {
+		t.Fatalf("hashes %v, %v", hashes, err)
+	}
+	if lora, _ := BlockHashes(tokens, 16, "adapter-7"); lora[0] == hashes[0] {
+		t.Error("a LoRA adapter's hashes equal the base model's")
+	}
+	if _, err := BlockHashes(tokens, 0, ""); !errors.Is(err, StatusInvalidArgument) {
+		t.Errorf("block size 0: %v", err)
+	}
+	policy, _ := NewPolicy("")
+	defer policy.Close()
+	selector, _ := NewSelector(16, 1)
+	defer selector.Close()
+	req := Request{PromptTokens: 32, BlockSize: 16, Role: RoleAggregated, TrackPrefillTokens: true}
+	if err := router.AddWorker(workerA); err != nil {
+		t.Fatal(err)
+	}
+	if err := router.AddWorker(workerB); err != nil {
+		t.Fatal(err)
+	}
+	rows := []Row{{Worker: workerB}, {Worker: workerA}}
+	sel, err := router.Route(policy, selector, &req, hashes, rows, 1, 0)
+	if err != nil || sel.Worker != workerA || sel.CachedTokens != 32 {
+		t.Fatalf("selection %+v, %v", sel, err)
+	}
+}

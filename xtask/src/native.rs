@@ -410,7 +410,7 @@ pub(crate) fn python_tests() -> Result {
     run(pip_install(&python)
         .arg("--only-binary=:all:")
         .arg(&wheel)
-        .args(["pytest", "numpy", MYPY])
+        .args(["pytest", "numpy", MYPY, PYZMQ, MSGSPEC])
         .env("PATH", &bare_path)
         .env_remove("CARGO")
         .env_remove("RUSTUP_TOOLCHAIN"))?;
@@ -435,6 +435,10 @@ pub(crate) fn python_tests() -> Result {
         .args(["-c", "import libroute; assert libroute.version()"])
         .current_dir(&target))
 }
+
+/// The KV-event publisher of the Python tests: vLLM's socket (pyzmq) and encoding (msgspec).
+const PYZMQ: &str = "pyzmq==27.1.0";
+const MSGSPEC: &str = "msgspec==0.22.0";
 
 /// The mypy that checks the stubs (stubtest ships with it).
 const MYPY: &str = "mypy==2.4.1";

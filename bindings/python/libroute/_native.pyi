@@ -26,6 +26,8 @@ __all__ = [
     "Router",
     "RouterConfig",
     "RouterCounters",
+    "KvBatchSummary",
+    "block_hashes",
     "Row",
     "RowCache",
     "RowExplanation",
@@ -376,6 +378,18 @@ class RouterCounters:
     forced_prediction_expiries: Final[int]
 
 @final
+class KvBatchSummary:
+    worker: Final[Worker]
+    events: Final[int]
+    stored_blocks: Final[int]
+    removed_blocks: Final[int]
+    orphaned_blocks: Final[int]
+    unknown_removals: Final[int]
+    clears: Final[int]
+
+def block_hashes(tokens: Sequence[int], block_size: int, lora_name: str | None = None) -> list[int]: ...
+
+@final
 class Routed:
     selection: Final[Selection]
     rows: Final[list[Row]]
@@ -386,6 +400,8 @@ class Router:
     def add_worker(self, worker: Worker) -> None: ...
     def remove_worker(self, worker: Worker) -> None: ...
     def apply_kv_events(self, events: Sequence[KvEvent]) -> None: ...
+    def read_kv_batches(self, block_size: int, engine_hash_slots: int) -> None: ...
+    def apply_kv_batch(self, worker: Worker, payload: bytes) -> KvBatchSummary: ...
     def apply_ledger_events(self, events: Sequence[LedgerEvent]) -> None: ...
     def book(self, id: int, worker: Worker, prefill_tokens: int, blocks: int) -> None: ...
     def book_at(self, id: int, worker: Worker, prefill_tokens: int, blocks: int, now_ms: float) -> None: ...

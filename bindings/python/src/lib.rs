@@ -62,9 +62,11 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<router::KvEvent>()?;
     m.add_class::<router::LedgerEvent>()?;
     m.add_class::<router::RouterCounters>()?;
+    m.add_class::<router::KvBatchSummary>()?;
     m.add_class::<router::Routed>()?;
     m.add_class::<router::Router>()?;
     m.add_function(wrap_pyfunction!(version, m)?)?;
+    m.add_function(wrap_pyfunction!(router::block_hashes, m)?)?;
     m.add_function(wrap_pyfunction!(selector::pack_rows, m)?)?;
     m.add_function(wrap_pyfunction!(selector::unpack_rows, m)?)?;
     m.add("ROW_BYTES", rows::ROW_BYTES)?;

@@ -232,6 +232,49 @@ impl RouterCounters {
     }
 }
 
+/// What one engine KV batch did (`Router.apply_kv_batch`).
+#[pyclass(module = "libroute", frozen, eq, get_all, from_py_object)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct KvBatchSummary {
+    /// The worker the events were applied to (with the batch's data-parallel rank, if named).
+    worker: Worker,
+    /// Events in the batch.
+    events: u64,
+    /// Blocks stored into the index.
+    stored_blocks: u64,
+    /// Blocks removed from the index.
+    removed_blocks: u64,
+    /// Stored blocks skipped because their parent block was never seen.
+    orphaned_blocks: u64,
+    /// Removed blocks that were never stored, ignored.
+    unknown_removals: u64,
+    /// `AllBlocksCleared` events.
+    clears: u64,
+}
+
+#[pymethods]
+impl KvBatchSummary {
+    fn __repr__(&self) -> String {
+        format!("{self:?}")
+            .replace(" {", "(")
+            .replace(" }", ")")
+            .replace(": ", "=")
+    }
+}
+
+/// The chained block hashes of `tokens` (one per complete block of `block_size` tokens), as
+/// NVIDIA Dynamo's router computes them, salted by the LoRA adapter's name: the hashes to route
+/// with when engines' KV batches feed the router.
+#[pyfunction]
+#[pyo3(signature = (tokens, block_size, lora_name = None))]
+pub(crate) fn block_hashes(
+    tokens: Vec<u32>,
+    block_size: u32,
+    lora_name: Option<String>,
+) -> PyResult<Vec<u64>> {
+    u::block_hashes(&tokens, block_size, lora_name).map_err(to_py)
+}
+
 /// The outcome of `Router.route`: the selection and the rows as the router filled them.
 #[pyclass(module = "libroute", frozen, get_all, from_py_object)]
 #[derive(Debug, Clone)]
@@ -352,6 +395,33 @@ impl Router {
         self.inner
             .apply_kv_events(events.into_iter().map(Into::into).collect())
             .map_err(to_py)
+    }
+
+    /// Turns on `apply_kv_batch`: engines' blocks have `block_size` tokens, and the map from engine
+    /// block hashes to the router's holds `engine_hash_slots / 2` blocks.
+    fn read_kv_batches(&self, block_size: u32, engine_hash_slots: u64) -> PyResult<()> {
+        self.inner
+            .read_kv_batches(block_size, engine_hash_slots)
+            .map_err(to_py)
+    }
+
+    /// Applies one raw KV-event payload as vLLM or SGLang publish it (the msgpack frame of their
+    /// ZMQ messages) as `worker`'s events; a bad payload raises naming the byte offset and
+    /// changes nothing.
+    fn apply_kv_batch(&self, worker: Worker, payload: &[u8]) -> PyResult<KvBatchSummary> {
+        let s = self
+            .inner
+            .apply_kv_batch(worker.into(), payload)
+            .map_err(to_py)?;
+        Ok(KvBatchSummary {
+            worker: s.worker.into(),
+            events: s.events,
+            stored_blocks: s.stored_blocks,
+            removed_blocks: s.removed_blocks,
+            orphaned_blocks: s.orphaned_blocks,
+            unknown_removals: s.unknown_removals,
+            clears: s.clears,
+        })
     }
 
     /// Applies booking events from other replicas; repeats and late arrivals are counted, not

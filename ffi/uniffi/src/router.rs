@@ -156,6 +156,46 @@ pub struct Routed {
     pub rows: Vec<Row>,
 }
 
+/// What one engine KV batch did ([`Router::apply_kv_batch`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, uniffi::Record)]
+pub struct KvBatchSummary {
+    /// The worker the events were applied to: the one given, with the data-parallel rank the
+    /// batch names, if any.
+    pub worker: Worker,
+    /// Events in the batch.
+    pub events: u64,
+    /// Blocks stored into the index.
+    pub stored_blocks: u64,
+    /// Blocks removed from the index.
+    pub removed_blocks: u64,
+    /// Stored blocks skipped because their parent block was never seen.
+    pub orphaned_blocks: u64,
+    /// Removed blocks that were never stored, ignored.
+    pub unknown_removals: u64,
+    /// `AllBlocksCleared` events.
+    pub clears: u64,
+}
+
+/// The chained block hashes of `tokens` (one per complete block of `block_size` tokens), as
+/// NVIDIA Dynamo's router computes them, salted by the LoRA adapter's name: the hashes a
+/// [`Router`] is keyed by and routes with.
+///
+/// # Errors
+///
+/// `InvalidArgument` for a block size of 0.
+#[uniffi::export]
+pub fn block_hashes(
+    tokens: &[u32],
+    block_size: u32,
+    lora_name: Option<String>,
+) -> Result<Vec<u64>, RouteError> {
+    let lora = lora_name.as_deref().map_or(&[][..], str::as_bytes);
+    let mut out = vec![0; tokens.len() / block_size.max(1) as usize];
+    let n = host::block_hashes(tokens, block_size, lora, &mut out).map_err(|(_, e)| e)?;
+    out.truncate(n);
+    Ok(out)
+}
+
 /// The host's routing state: the prefix-overlap index fed by KV events, the load ledger, and
 /// (in approximate mode) the router's own predictions. Thread-safe (calls are serialized).
 #[derive(uniffi::Object)]
@@ -335,6 +375,52 @@ impl Router {
                 });
             }
             Ok(())
+        })
+    }
+
+    /// Turns on [`Router::apply_kv_batch`]: engines' stored blocks must have `block_size` tokens
+    /// (the size requests are hashed with, [`block_hashes`]), and the map from engine block
+    /// hashes to the router's holds `engine_hash_slots / 2` blocks (a power of two of at least
+    /// 8; size it like `block_slots`). Called again, it starts over with an empty map.
+    ///
+    /// # Errors
+    ///
+    /// `InvalidArgument` (a block size of 0, a bad slot count), `CapacityExceeded`.
+    pub fn read_kv_batches(
+        &self,
+        block_size: u32,
+        engine_hash_slots: u64,
+    ) -> Result<(), RouteError> {
+        let slots = size(engine_hash_slots, "engine_hash_slots")?;
+        self.with(|r| Ok(r.read_kv_batches(block_size, slots)?))
+    }
+
+    /// Applies one raw KV-event payload, as vLLM and SGLang publish it on their ZMQ socket (the
+    /// msgpack `KVEventBatch`), as `worker`'s events. Stored blocks are re-hashed from their
+    /// token ids ([`block_hashes`]), so they match the hashes requests are routed with.
+    ///
+    /// # Errors
+    ///
+    /// `InvalidArgument` for a malformed, truncated or unknown payload, naming the byte offset
+    /// (nothing changes), or before [`Router::read_kv_batches`]; `CapacityExceeded` for a new
+    /// worker beyond `max_workers`.
+    pub fn apply_kv_batch(
+        &self,
+        worker: Worker,
+        payload: &[u8],
+    ) -> Result<KvBatchSummary, RouteError> {
+        let s = self.with(|r| Ok(r.apply_kv_batch(worker.into(), payload)?))?;
+        Ok(KvBatchSummary {
+            worker: Worker {
+                worker_id: s.worker.worker_id,
+                dp_rank: s.worker.dp_rank,
+            },
+            events: s.events as u64,
+            stored_blocks: s.stored_blocks as u64,
+            removed_blocks: s.removed_blocks as u64,
+            orphaned_blocks: s.orphaned_blocks as u64,
+            unknown_removals: s.unknown_removals as u64,
+            clears: s.clears as u64,
         })
     }
 

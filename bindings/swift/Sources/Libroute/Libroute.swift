@@ -976,6 +976,19 @@ public protocol RouterProtocol: AnyObject, Sendable {
     func addWorker(worker: Worker) throws 
     
     /**
+     * Applies one raw KV-event payload, as vLLM and SGLang publish it on their ZMQ socket (the
+     * msgpack `KVEventBatch`), as `worker`'s events. Stored blocks are re-hashed from their
+     * token ids ([`block_hashes`]), so they match the hashes requests are routed with.
+     *
+     * # Errors
+     *
+     * `InvalidArgument` for a malformed, truncated or unknown payload, naming the byte offset
+     * (nothing changes), or before [`Router::read_kv_batches`]; `CapacityExceeded` for a new
+     * worker beyond `max_workers`.
+     */
+    func applyKvBatch(worker: Worker, payload: Data) throws  -> KvBatchSummary
+    
+    /**
      * Applies KV events in order.
      *
      * # Errors
@@ -1048,6 +1061,18 @@ public protocol RouterProtocol: AnyObject, Sendable {
      * `UnknownRequest`, and `InvalidArgument` for a bad time.
      */
     func prefillCompleteAt(id: UInt64, nowMs: Double) throws 
+    
+    /**
+     * Turns on [`Router::apply_kv_batch`]: engines' stored blocks must have `block_size` tokens
+     * (the size requests are hashed with, [`block_hashes`]), and the map from engine block
+     * hashes to the router's holds `engine_hash_slots / 2` blocks (a power of two of at least
+     * 8; size it like `block_slots`). Called again, it starts over with an empty map.
+     *
+     * # Errors
+     *
+     * `InvalidArgument` (a block size of 0, a bad slot count), `CapacityExceeded`.
+     */
+    func readKvBatches(blockSize: UInt32, engineHashSlots: UInt64) throws 
     
     /**
      * Frees the router's memory now; later calls fail with `Closed`. Idempotent.
@@ -1177,6 +1202,30 @@ open func addWorker(worker: Worker)throws   {try rustCallWithError(FfiConverterT
         FfiConverterTypeWorker_lower(worker),uniffiCallStatus
     )
 }
+}
+    
+    /**
+     * Applies one raw KV-event payload, as vLLM and SGLang publish it on their ZMQ socket (the
+     * msgpack `KVEventBatch`), as `worker`'s events. Stored blocks are re-hashed from their
+     * token ids ([`block_hashes`]), so they match the hashes requests are routed with.
+     *
+     * # Errors
+     *
+     * `InvalidArgument` for a malformed, truncated or unknown payload, naming the byte offset
+     * (nothing changes), or before [`Router::read_kv_batches`]; `CapacityExceeded` for a new
+     * worker beyond `max_workers`.
+     */
+open func applyKvBatch(worker: Worker, payload: Data)throws  -> KvBatchSummary  {
+    return try  FfiConverterTypeKvBatchSummary_lift(try rustCallWithError(FfiConverterTypeRouteError_lift) {
+        uniffiCallStatus in
+        FfiConverterByRefBytes.lower(payload) { payloadFb in
+    uniffi_route_uniffi_fn_method_router_apply_kv_batch(
+            self.uniffiCloneHandle(),
+        FfiConverterTypeWorker_lower(worker),
+        payloadFb,uniffiCallStatus
+    )
+        }
+})
 }
     
     /**
@@ -1313,6 +1362,26 @@ open func prefillCompleteAt(id: UInt64, nowMs: Double)throws   {try rustCallWith
             self.uniffiCloneHandle(),
         FfiConverterUInt64.lower(id),
         FfiConverterDouble.lower(nowMs),uniffiCallStatus
+    )
+}
+}
+    
+    /**
+     * Turns on [`Router::apply_kv_batch`]: engines' stored blocks must have `block_size` tokens
+     * (the size requests are hashed with, [`block_hashes`]), and the map from engine block
+     * hashes to the router's holds `engine_hash_slots / 2` blocks (a power of two of at least
+     * 8; size it like `block_slots`). Called again, it starts over with an empty map.
+     *
+     * # Errors
+     *
+     * `InvalidArgument` (a block size of 0, a bad slot count), `CapacityExceeded`.
+     */
+open func readKvBatches(blockSize: UInt32, engineHashSlots: UInt64)throws   {try rustCallWithError(FfiConverterTypeRouteError_lift) {
+        uniffiCallStatus in
+    uniffi_route_uniffi_fn_method_router_read_kv_batches(
+            self.uniffiCloneHandle(),
+        FfiConverterUInt32.lower(blockSize),
+        FfiConverterUInt64.lower(engineHashSlots),uniffiCallStatus
     )
 }
 }
@@ -2018,6 +2087,127 @@ public func FfiConverterTypeInputs_lift(_ buf: RustBuffer) throws -> Inputs {
 #endif
 public func FfiConverterTypeInputs_lower(_ value: Inputs) -> RustBuffer {
     return FfiConverterTypeInputs.lower(value)
+}
+
+
+/**
+ * What one engine KV batch did ([`Router::apply_kv_batch`]).
+ */
+public struct KvBatchSummary: Equatable, Hashable {
+    /**
+     * The worker the events were applied to: the one given, with the data-parallel rank the
+     * batch names, if any.
+     */
+    public var worker: Worker
+    /**
+     * Events in the batch.
+     */
+    public var events: UInt64
+    /**
+     * Blocks stored into the index.
+     */
+    public var storedBlocks: UInt64
+    /**
+     * Blocks removed from the index.
+     */
+    public var removedBlocks: UInt64
+    /**
+     * Stored blocks skipped because their parent block was never seen.
+     */
+    public var orphanedBlocks: UInt64
+    /**
+     * Removed blocks that were never stored, ignored.
+     */
+    public var unknownRemovals: UInt64
+    /**
+     * `AllBlocksCleared` events.
+     */
+    public var clears: UInt64
+
+    // Default memberwise initializers are never public by default, so we
+    // declare one manually.
+    public init(
+        /**
+         * The worker the events were applied to: the one given, with the data-parallel rank the
+         * batch names, if any.
+         */worker: Worker, 
+        /**
+         * Events in the batch.
+         */events: UInt64, 
+        /**
+         * Blocks stored into the index.
+         */storedBlocks: UInt64, 
+        /**
+         * Blocks removed from the index.
+         */removedBlocks: UInt64, 
+        /**
+         * Stored blocks skipped because their parent block was never seen.
+         */orphanedBlocks: UInt64, 
+        /**
+         * Removed blocks that were never stored, ignored.
+         */unknownRemovals: UInt64, 
+        /**
+         * `AllBlocksCleared` events.
+         */clears: UInt64) {
+        self.worker = worker
+        self.events = events
+        self.storedBlocks = storedBlocks
+        self.removedBlocks = removedBlocks
+        self.orphanedBlocks = orphanedBlocks
+        self.unknownRemovals = unknownRemovals
+        self.clears = clears
+    }
+
+    
+
+    
+}
+
+#if compiler(>=6)
+extension KvBatchSummary: Sendable {}
+#endif
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public struct FfiConverterTypeKvBatchSummary: FfiConverterRustBuffer {
+    public static func read(from buf: inout (data: Data, offset: Data.Index)) throws -> KvBatchSummary {
+        return
+            try KvBatchSummary(
+                worker: FfiConverterTypeWorker.read(from: &buf), 
+                events: FfiConverterUInt64.read(from: &buf), 
+                storedBlocks: FfiConverterUInt64.read(from: &buf), 
+                removedBlocks: FfiConverterUInt64.read(from: &buf), 
+                orphanedBlocks: FfiConverterUInt64.read(from: &buf), 
+                unknownRemovals: FfiConverterUInt64.read(from: &buf), 
+                clears: FfiConverterUInt64.read(from: &buf)
+        )
+    }
+
+    public static func write(_ value: KvBatchSummary, into buf: inout [UInt8]) {
+        FfiConverterTypeWorker.write(value.worker, into: &buf)
+        FfiConverterUInt64.write(value.events, into: &buf)
+        FfiConverterUInt64.write(value.storedBlocks, into: &buf)
+        FfiConverterUInt64.write(value.removedBlocks, into: &buf)
+        FfiConverterUInt64.write(value.orphanedBlocks, into: &buf)
+        FfiConverterUInt64.write(value.unknownRemovals, into: &buf)
+        FfiConverterUInt64.write(value.clears, into: &buf)
+    }
+}
+
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public func FfiConverterTypeKvBatchSummary_lift(_ buf: RustBuffer) throws -> KvBatchSummary {
+    return try FfiConverterTypeKvBatchSummary.lift(buf)
+}
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public func FfiConverterTypeKvBatchSummary_lower(_ value: KvBatchSummary) -> RustBuffer {
+    return FfiConverterTypeKvBatchSummary.lower(value)
 }
 
 
@@ -4561,6 +4751,30 @@ fileprivate struct FfiConverterOptionUInt64: FfiConverterRustBuffer {
 #if swift(>=5.8)
 @_documentation(visibility: private)
 #endif
+fileprivate struct FfiConverterOptionString: FfiConverterRustBuffer {
+    typealias SwiftType = String?
+
+    public static func write(_ value: SwiftType, into buf: inout [UInt8]) {
+        guard let value = value else {
+            writeInt(&buf, Int8(0))
+            return
+        }
+        writeInt(&buf, Int8(1))
+        FfiConverterString.write(value, into: &buf)
+    }
+
+    public static func read(from buf: inout (data: Data, offset: Data.Index)) throws -> SwiftType {
+        switch try readInt(&buf) as Int8 {
+        case 0: return nil
+        case 1: return try FfiConverterString.read(from: &buf)
+        default: throw UniffiInternalError.unexpectedOptionalTag
+        }
+    }
+}
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
 fileprivate struct FfiConverterOptionTypeRowCache: FfiConverterRustBuffer {
     typealias SwiftType = RowCache?
 
@@ -4675,6 +4889,31 @@ fileprivate struct FfiConverterOptionSequenceTypeBlockRange: FfiConverterRustBuf
         case 1: return try FfiConverterSequenceTypeBlockRange.read(from: &buf)
         default: throw UniffiInternalError.unexpectedOptionalTag
         }
+    }
+}
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+fileprivate struct FfiConverterSequenceUInt32: FfiConverterRustBuffer {
+    typealias SwiftType = [UInt32]
+
+    public static func write(_ value: [UInt32], into buf: inout [UInt8]) {
+        let len = Int32(value.count)
+        writeInt(&buf, len)
+        for item in value {
+            FfiConverterUInt32.write(item, into: &buf)
+        }
+    }
+
+    public static func read(from buf: inout (data: Data, offset: Data.Index)) throws -> [UInt32] {
+        let len: Int32 = try readInt(&buf)
+        var seq = [UInt32]()
+        seq.reserveCapacity(Int(len))
+        for _ in 0 ..< len {
+            seq.append(try FfiConverterUInt32.read(from: &buf))
+        }
+        return seq
     }
 }
 
@@ -4913,6 +5152,25 @@ public func version() -> String  {
 })
 }
 /**
+ * The chained block hashes of `tokens` (one per complete block of `block_size` tokens), as
+ * NVIDIA Dynamo's router computes them, salted by the LoRA adapter's name: the hashes a
+ * [`Router`] is keyed by and routes with.
+ *
+ * # Errors
+ *
+ * `InvalidArgument` for a block size of 0.
+ */
+public func blockHashes(tokens: [UInt32], blockSize: UInt32, loraName: String?)throws  -> [UInt64]  {
+    return try  FfiConverterSequenceUInt64.lift(try rustCallWithError(FfiConverterTypeRouteError_lift) {
+        uniffiCallStatus in
+    uniffi_route_uniffi_fn_func_block_hashes(
+        FfiConverterSequenceUInt32.lower(tokens),
+        FfiConverterUInt32.lower(blockSize),
+        FfiConverterOptionString.lower(loraName),uniffiCallStatus
+    )
+})
+}
+/**
  * The size in bytes of one packed row (`Selector::select_packed`).
  */
 public func packedRowSize() -> UInt32  {
@@ -4941,6 +5199,9 @@ private let initializationResult: InitializationResult = {
     if (uniffi_route_uniffi_checksum_func_version() != 38977) {
         return InitializationResult.apiChecksumMismatch
     }
+    if (uniffi_route_uniffi_checksum_func_block_hashes() != 15649) {
+        return InitializationResult.apiChecksumMismatch
+    }
     if (uniffi_route_uniffi_checksum_func_packed_row_size() != 51217) {
         return InitializationResult.apiChecksumMismatch
     }
@@ -4957,6 +5218,9 @@ private let initializationResult: InitializationResult = {
         return InitializationResult.apiChecksumMismatch
     }
     if (uniffi_route_uniffi_checksum_method_router_add_worker() != 20373) {
+        return InitializationResult.apiChecksumMismatch
+    }
+    if (uniffi_route_uniffi_checksum_method_router_apply_kv_batch() != 27682) {
         return InitializationResult.apiChecksumMismatch
     }
     if (uniffi_route_uniffi_checksum_method_router_apply_kv_events() != 23261) {
@@ -4981,6 +5245,9 @@ private let initializationResult: InitializationResult = {
         return InitializationResult.apiChecksumMismatch
     }
     if (uniffi_route_uniffi_checksum_method_router_prefill_complete_at() != 37347) {
+        return InitializationResult.apiChecksumMismatch
+    }
+    if (uniffi_route_uniffi_checksum_method_router_read_kv_batches() != 45496) {
         return InitializationResult.apiChecksumMismatch
     }
     if (uniffi_route_uniffi_checksum_method_router_release() != 38872) {

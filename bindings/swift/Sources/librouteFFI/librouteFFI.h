@@ -313,6 +313,11 @@ uint64_t uniffi_route_uniffi_fn_constructor_router_new(RustBuffer config, RustCa
 void uniffi_route_uniffi_fn_method_router_add_worker(uint64_t ptr, RustBuffer worker, RustCallStatus *_Nonnull out_status
 );
 #endif
+#ifndef UNIFFI_FFIDEF_UNIFFI_ROUTE_UNIFFI_FN_METHOD_ROUTER_APPLY_KV_BATCH
+#define UNIFFI_FFIDEF_UNIFFI_ROUTE_UNIFFI_FN_METHOD_ROUTER_APPLY_KV_BATCH
+RustBuffer uniffi_route_uniffi_fn_method_router_apply_kv_batch(uint64_t ptr, RustBuffer worker, ForeignBytes payload, RustCallStatus *_Nonnull out_status
+);
+#endif
 #ifndef UNIFFI_FFIDEF_UNIFFI_ROUTE_UNIFFI_FN_METHOD_ROUTER_APPLY_KV_EVENTS
 #define UNIFFI_FFIDEF_UNIFFI_ROUTE_UNIFFI_FN_METHOD_ROUTER_APPLY_KV_EVENTS
 void uniffi_route_uniffi_fn_method_router_apply_kv_events(uint64_t ptr, RustBuffer events, RustCallStatus *_Nonnull out_status
@@ -351,6 +356,11 @@ void uniffi_route_uniffi_fn_method_router_prefill_complete(uint64_t ptr, uint64_
 #ifndef UNIFFI_FFIDEF_UNIFFI_ROUTE_UNIFFI_FN_METHOD_ROUTER_PREFILL_COMPLETE_AT
 #define UNIFFI_FFIDEF_UNIFFI_ROUTE_UNIFFI_FN_METHOD_ROUTER_PREFILL_COMPLETE_AT
 void uniffi_route_uniffi_fn_method_router_prefill_complete_at(uint64_t ptr, uint64_t id, double now_ms, RustCallStatus *_Nonnull out_status
+);
+#endif
+#ifndef UNIFFI_FFIDEF_UNIFFI_ROUTE_UNIFFI_FN_METHOD_ROUTER_READ_KV_BATCHES
+#define UNIFFI_FFIDEF_UNIFFI_ROUTE_UNIFFI_FN_METHOD_ROUTER_READ_KV_BATCHES
+void uniffi_route_uniffi_fn_method_router_read_kv_batches(uint64_t ptr, uint32_t block_size, uint64_t engine_hash_slots, RustCallStatus *_Nonnull out_status
 );
 #endif
 #ifndef UNIFFI_FFIDEF_UNIFFI_ROUTE_UNIFFI_FN_METHOD_ROUTER_RELEASE
@@ -422,6 +432,11 @@ RustBuffer uniffi_route_uniffi_fn_method_selector_select_packed(uint64_t ptr, ui
 #define UNIFFI_FFIDEF_UNIFFI_ROUTE_UNIFFI_FN_FUNC_VERSION
 RustBuffer uniffi_route_uniffi_fn_func_version(RustCallStatus *_Nonnull out_status
     
+);
+#endif
+#ifndef UNIFFI_FFIDEF_UNIFFI_ROUTE_UNIFFI_FN_FUNC_BLOCK_HASHES
+#define UNIFFI_FFIDEF_UNIFFI_ROUTE_UNIFFI_FN_FUNC_BLOCK_HASHES
+RustBuffer uniffi_route_uniffi_fn_func_block_hashes(RustBuffer tokens, uint32_t block_size, RustBuffer lora_name, RustCallStatus *_Nonnull out_status
 );
 #endif
 #ifndef UNIFFI_FFIDEF_UNIFFI_ROUTE_UNIFFI_FN_FUNC_PACKED_ROW_SIZE
@@ -696,6 +711,12 @@ uint16_t uniffi_route_uniffi_checksum_func_version(void
     
 );
 #endif
+#ifndef UNIFFI_FFIDEF_UNIFFI_ROUTE_UNIFFI_CHECKSUM_FUNC_BLOCK_HASHES
+#define UNIFFI_FFIDEF_UNIFFI_ROUTE_UNIFFI_CHECKSUM_FUNC_BLOCK_HASHES
+uint16_t uniffi_route_uniffi_checksum_func_block_hashes(void
+    
+);
+#endif
 #ifndef UNIFFI_FFIDEF_UNIFFI_ROUTE_UNIFFI_CHECKSUM_FUNC_PACKED_ROW_SIZE
 #define UNIFFI_FFIDEF_UNIFFI_ROUTE_UNIFFI_CHECKSUM_FUNC_PACKED_ROW_SIZE
 uint16_t uniffi_route_uniffi_checksum_func_packed_row_size(void
@@ -729,6 +750,12 @@ uint16_t uniffi_route_uniffi_checksum_method_policyset_policy(void
 #ifndef UNIFFI_FFIDEF_UNIFFI_ROUTE_UNIFFI_CHECKSUM_METHOD_ROUTER_ADD_WORKER
 #define UNIFFI_FFIDEF_UNIFFI_ROUTE_UNIFFI_CHECKSUM_METHOD_ROUTER_ADD_WORKER
 uint16_t uniffi_route_uniffi_checksum_method_router_add_worker(void
+    
+);
+#endif
+#ifndef UNIFFI_FFIDEF_UNIFFI_ROUTE_UNIFFI_CHECKSUM_METHOD_ROUTER_APPLY_KV_BATCH
+#define UNIFFI_FFIDEF_UNIFFI_ROUTE_UNIFFI_CHECKSUM_METHOD_ROUTER_APPLY_KV_BATCH
+uint16_t uniffi_route_uniffi_checksum_method_router_apply_kv_batch(void
     
 );
 #endif
@@ -777,6 +804,12 @@ uint16_t uniffi_route_uniffi_checksum_method_router_prefill_complete(void
 #ifndef UNIFFI_FFIDEF_UNIFFI_ROUTE_UNIFFI_CHECKSUM_METHOD_ROUTER_PREFILL_COMPLETE_AT
 #define UNIFFI_FFIDEF_UNIFFI_ROUTE_UNIFFI_CHECKSUM_METHOD_ROUTER_PREFILL_COMPLETE_AT
 uint16_t uniffi_route_uniffi_checksum_method_router_prefill_complete_at(void
+    
+);
+#endif
+#ifndef UNIFFI_FFIDEF_UNIFFI_ROUTE_UNIFFI_CHECKSUM_METHOD_ROUTER_READ_KV_BATCHES
+#define UNIFFI_FFIDEF_UNIFFI_ROUTE_UNIFFI_CHECKSUM_METHOD_ROUTER_READ_KV_BATCHES
+uint16_t uniffi_route_uniffi_checksum_method_router_read_kv_batches(void
     
 );
 #endif

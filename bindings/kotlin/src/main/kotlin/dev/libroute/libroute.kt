@@ -678,6 +678,8 @@ internal object IntegrityCheckingUniffiLib {
     internal fun ensureInitialized() = Unit
     external fun uniffi_route_uniffi_checksum_func_version(
     ): Int
+    external fun uniffi_route_uniffi_checksum_func_block_hashes(
+    ): Int
     external fun uniffi_route_uniffi_checksum_func_packed_row_size(
     ): Int
     external fun uniffi_route_uniffi_checksum_method_policy_inputs(
@@ -689,6 +691,8 @@ internal object IntegrityCheckingUniffiLib {
     external fun uniffi_route_uniffi_checksum_method_policyset_policy(
     ): Int
     external fun uniffi_route_uniffi_checksum_method_router_add_worker(
+    ): Int
+    external fun uniffi_route_uniffi_checksum_method_router_apply_kv_batch(
     ): Int
     external fun uniffi_route_uniffi_checksum_method_router_apply_kv_events(
     ): Int
@@ -705,6 +709,8 @@ internal object IntegrityCheckingUniffiLib {
     external fun uniffi_route_uniffi_checksum_method_router_prefill_complete(
     ): Int
     external fun uniffi_route_uniffi_checksum_method_router_prefill_complete_at(
+    ): Int
+    external fun uniffi_route_uniffi_checksum_method_router_read_kv_batches(
     ): Int
     external fun uniffi_route_uniffi_checksum_method_router_release(
     ): Int
@@ -782,6 +788,8 @@ internal object UniffiLib {
     ): Long
     external fun uniffi_route_uniffi_fn_method_router_add_worker(`ptr`: Long,`worker`: RustBuffer.ByValue,uniffi_out_err: UniffiRustCallStatus, 
     ): Unit
+    external fun uniffi_route_uniffi_fn_method_router_apply_kv_batch(`ptr`: Long,`worker`: RustBuffer.ByValue,`payload`: ForeignBytes.ByValue,uniffi_out_err: UniffiRustCallStatus, 
+    ): RustBuffer.ByValue
     external fun uniffi_route_uniffi_fn_method_router_apply_kv_events(`ptr`: Long,`events`: RustBuffer.ByValue,uniffi_out_err: UniffiRustCallStatus, 
     ): Unit
     external fun uniffi_route_uniffi_fn_method_router_apply_ledger_events(`ptr`: Long,`events`: RustBuffer.ByValue,uniffi_out_err: UniffiRustCallStatus, 
@@ -797,6 +805,8 @@ internal object UniffiLib {
     external fun uniffi_route_uniffi_fn_method_router_prefill_complete(`ptr`: Long,`id`: Long,uniffi_out_err: UniffiRustCallStatus, 
     ): Unit
     external fun uniffi_route_uniffi_fn_method_router_prefill_complete_at(`ptr`: Long,`id`: Long,`nowMs`: Double,uniffi_out_err: UniffiRustCallStatus, 
+    ): Unit
+    external fun uniffi_route_uniffi_fn_method_router_read_kv_batches(`ptr`: Long,`blockSize`: Int,`engineHashSlots`: Long,uniffi_out_err: UniffiRustCallStatus, 
     ): Unit
     external fun uniffi_route_uniffi_fn_method_router_release(`ptr`: Long,uniffi_out_err: UniffiRustCallStatus, 
     ): Unit
@@ -825,6 +835,8 @@ internal object UniffiLib {
     external fun uniffi_route_uniffi_fn_method_selector_select_packed(`ptr`: Long,`policy`: Long,`request`: RustBuffer.ByValue,`rows`: RustBuffer.ByValue,uniffi_out_err: UniffiRustCallStatus, 
     ): RustBuffer.ByValue
     external fun uniffi_route_uniffi_fn_func_version(uniffi_out_err: UniffiRustCallStatus, 
+    ): RustBuffer.ByValue
+    external fun uniffi_route_uniffi_fn_func_block_hashes(`tokens`: RustBuffer.ByValue,`blockSize`: Int,`loraName`: RustBuffer.ByValue,uniffi_out_err: UniffiRustCallStatus, 
     ): RustBuffer.ByValue
     external fun uniffi_route_uniffi_fn_func_packed_row_size(uniffi_out_err: UniffiRustCallStatus, 
     ): Int
@@ -950,6 +962,9 @@ private fun uniffiCheckApiChecksums(lib: IntegrityCheckingUniffiLib) {
     if ((lib.uniffi_route_uniffi_checksum_func_version() and 0xFFFF) != 38977) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
+    if ((lib.uniffi_route_uniffi_checksum_func_block_hashes() and 0xFFFF) != 15649) {
+        throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
+    }
     if ((lib.uniffi_route_uniffi_checksum_func_packed_row_size() and 0xFFFF) != 51217) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
@@ -966,6 +981,9 @@ private fun uniffiCheckApiChecksums(lib: IntegrityCheckingUniffiLib) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
     if ((lib.uniffi_route_uniffi_checksum_method_router_add_worker() and 0xFFFF) != 20373) {
+        throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
+    }
+    if ((lib.uniffi_route_uniffi_checksum_method_router_apply_kv_batch() and 0xFFFF) != 27682) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
     if ((lib.uniffi_route_uniffi_checksum_method_router_apply_kv_events() and 0xFFFF) != 23261) {
@@ -990,6 +1008,9 @@ private fun uniffiCheckApiChecksums(lib: IntegrityCheckingUniffiLib) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
     if ((lib.uniffi_route_uniffi_checksum_method_router_prefill_complete_at() and 0xFFFF) != 37347) {
+        throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
+    }
+    if ((lib.uniffi_route_uniffi_checksum_method_router_read_kv_batches() and 0xFFFF) != 45496) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
     if ((lib.uniffi_route_uniffi_checksum_method_router_release() and 0xFFFF) != 38872) {
@@ -2133,6 +2154,19 @@ public interface RouterInterface {
     fun `addWorker`(`worker`: Worker)
     
     /**
+     * Applies one raw KV-event payload, as vLLM and SGLang publish it on their ZMQ socket (the
+     * msgpack `KVEventBatch`), as `worker`'s events. Stored blocks are re-hashed from their
+     * token ids ([`block_hashes`]), so they match the hashes requests are routed with.
+     *
+     * # Errors
+     *
+     * `InvalidArgument` for a malformed, truncated or unknown payload, naming the byte offset
+     * (nothing changes), or before [`Router::read_kv_batches`]; `CapacityExceeded` for a new
+     * worker beyond `max_workers`.
+     */
+    fun `applyKvBatch`(`worker`: Worker, `payload`: java.nio.ByteBuffer): KvBatchSummary
+    
+    /**
      * Applies KV events in order.
      *
      * # Errors
@@ -2205,6 +2239,18 @@ public interface RouterInterface {
      * `UnknownRequest`, and `InvalidArgument` for a bad time.
      */
     fun `prefillCompleteAt`(`id`: kotlin.ULong, `nowMs`: kotlin.Double)
+    
+    /**
+     * Turns on [`Router::apply_kv_batch`]: engines' stored blocks must have `block_size` tokens
+     * (the size requests are hashed with, [`block_hashes`]), and the map from engine block
+     * hashes to the router's holds `engine_hash_slots / 2` blocks (a power of two of at least
+     * 8; size it like `block_slots`). Called again, it starts over with an empty map.
+     *
+     * # Errors
+     *
+     * `InvalidArgument` (a block size of 0, a bad slot count), `CapacityExceeded`.
+     */
+    fun `readKvBatches`(`blockSize`: kotlin.UInt, `engineHashSlots`: kotlin.ULong)
     
     /**
      * Frees the router's memory now; later calls fail with `Closed`. Idempotent.
@@ -2409,6 +2455,33 @@ open class Router: Disposable, AutoCloseable, RouterInterface
 
     
     /**
+     * Applies one raw KV-event payload, as vLLM and SGLang publish it on their ZMQ socket (the
+     * msgpack `KVEventBatch`), as `worker`'s events. Stored blocks are re-hashed from their
+     * token ids ([`block_hashes`]), so they match the hashes requests are routed with.
+     *
+     * # Errors
+     *
+     * `InvalidArgument` for a malformed, truncated or unknown payload, naming the byte offset
+     * (nothing changes), or before [`Router::read_kv_batches`]; `CapacityExceeded` for a new
+     * worker beyond `max_workers`.
+     */
+    @Throws(RouteException::class)override fun `applyKvBatch`(`worker`: Worker, `payload`: java.nio.ByteBuffer): KvBatchSummary {
+            return FfiConverterTypeKvBatchSummary.lift(
+    callWithHandle {
+    uniffiRustCallWithError(RouteException) { _status ->
+    UniffiLib.uniffi_route_uniffi_fn_method_router_apply_kv_batch(
+        it,
+        
+        FfiConverterTypeWorker.lower(`worker`),
+        FfiConverterByRefBytes.lower(`payload`),_status)
+}
+    }
+    )
+    }
+    
+
+    
+    /**
      * Applies KV events in order.
      *
      * # Errors
@@ -2580,6 +2653,31 @@ open class Router: Disposable, AutoCloseable, RouterInterface
         
         FfiConverterULong.lower(`id`),
         FfiConverterDouble.lower(`nowMs`),_status)
+}
+    }
+    
+    
+
+    
+    /**
+     * Turns on [`Router::apply_kv_batch`]: engines' stored blocks must have `block_size` tokens
+     * (the size requests are hashed with, [`block_hashes`]), and the map from engine block
+     * hashes to the router's holds `engine_hash_slots / 2` blocks (a power of two of at least
+     * 8; size it like `block_slots`). Called again, it starts over with an empty map.
+     *
+     * # Errors
+     *
+     * `InvalidArgument` (a block size of 0, a bad slot count), `CapacityExceeded`.
+     */
+    @Throws(RouteException::class)override fun `readKvBatches`(`blockSize`: kotlin.UInt, `engineHashSlots`: kotlin.ULong)
+        = 
+    callWithHandle {
+    uniffiRustCallWithError(RouteException) { _status ->
+    UniffiLib.uniffi_route_uniffi_fn_method_router_read_kv_batches(
+        it,
+        
+        FfiConverterUInt.lower(`blockSize`),
+        FfiConverterULong.lower(`engineHashSlots`),_status)
 }
     }
     
@@ -3384,6 +3482,94 @@ public object FfiConverterTypeInputs: FfiConverterRustBuffer<Inputs> {
             FfiConverterBoolean.write(value.`cache`, buf)
             FfiConverterBoolean.write(value.`load`, buf)
             FfiConverterBoolean.write(value.`preferredTaint`, buf)
+    }
+}
+
+
+
+/**
+ * What one engine KV batch did ([`Router::apply_kv_batch`]).
+ */
+data class KvBatchSummary (
+    /**
+     * The worker the events were applied to: the one given, with the data-parallel rank the
+     * batch names, if any.
+     */
+    var `worker`: Worker
+    , 
+    /**
+     * Events in the batch.
+     */
+    var `events`: kotlin.ULong
+    , 
+    /**
+     * Blocks stored into the index.
+     */
+    var `storedBlocks`: kotlin.ULong
+    , 
+    /**
+     * Blocks removed from the index.
+     */
+    var `removedBlocks`: kotlin.ULong
+    , 
+    /**
+     * Stored blocks skipped because their parent block was never seen.
+     */
+    var `orphanedBlocks`: kotlin.ULong
+    , 
+    /**
+     * Removed blocks that were never stored, ignored.
+     */
+    var `unknownRemovals`: kotlin.ULong
+    , 
+    /**
+     * `AllBlocksCleared` events.
+     */
+    var `clears`: kotlin.ULong
+    
+){
+    
+
+    
+
+    
+    companion object
+}
+
+/**
+ * @suppress
+ */
+public object FfiConverterTypeKvBatchSummary: FfiConverterRustBuffer<KvBatchSummary> {
+    override fun read(buf: ByteBuffer): KvBatchSummary {
+        return KvBatchSummary(
+            FfiConverterTypeWorker.read(buf),
+            FfiConverterULong.read(buf),
+            FfiConverterULong.read(buf),
+            FfiConverterULong.read(buf),
+            FfiConverterULong.read(buf),
+            FfiConverterULong.read(buf),
+            FfiConverterULong.read(buf),
+        )
+    }
+
+    override fun allocationSize(value: KvBatchSummary) = (
+            FfiConverterTypeWorker.allocationSize(value.`worker`) +
+            FfiConverterULong.allocationSize(value.`events`) +
+            FfiConverterULong.allocationSize(value.`storedBlocks`) +
+            FfiConverterULong.allocationSize(value.`removedBlocks`) +
+            FfiConverterULong.allocationSize(value.`orphanedBlocks`) +
+            FfiConverterULong.allocationSize(value.`unknownRemovals`) +
+            FfiConverterULong.allocationSize(value.`clears`)
+    )
+
+    override fun write(value: KvBatchSummary, buf: ByteBuffer) {
+            FfiConverterTypeWorker.write(value.`worker`, buf)
+            FfiConverterULong.write(value.`events`, buf)
+            FfiConverterULong.write(value.`storedBlocks`, buf)
+            FfiConverterULong.write(value.`removedBlocks`, buf)
+            FfiConverterULong.write(value.`orphanedBlocks`, buf)
+            FfiConverterULong.write(value.`unknownRemovals`, buf)
+            FfiConverterULong.write(value.`clears`, buf)
     }
 }
 
@@ -5965,6 +6151,38 @@ public object FfiConverterOptionalULong: FfiConverterRustBuffer<kotlin.ULong?> {
 /**
  * @suppress
  */
+public object FfiConverterOptionalString: FfiConverterRustBuffer<kotlin.String?> {
+    override fun read(buf: ByteBuffer): kotlin.String? {
+        if (buf.get().toInt() == 0) {
+            return null
+        }
+        return FfiConverterString.read(buf)
+    }
+
+    override fun allocationSize(value: kotlin.String?): ULong {
+        if (value == null) {
+            return 1UL
+        } else {
+            return 1UL + FfiConverterString.allocationSize(value)
+        }
+    }
+
+    override fun write(value: kotlin.String?, buf: ByteBuffer) {
+        if (value == null) {
+            buf.put(0)
+        } else {
+            buf.put(1)
+            FfiConverterString.write(value, buf)
+        }
+    }
+}
+
+
+
+
+/**
+ * @suppress
+ */
 public object FfiConverterOptionalTypeRowCache: FfiConverterRustBuffer<RowCache?> {
     override fun read(buf: ByteBuffer): RowCache? {
         if (buf.get().toInt() == 0) {
@@ -6115,6 +6333,34 @@ public object FfiConverterOptionalSequenceTypeBlockRange: FfiConverterRustBuffer
         } else {
             buf.put(1)
             FfiConverterSequenceTypeBlockRange.write(value, buf)
+        }
+    }
+}
+
+
+
+
+/**
+ * @suppress
+ */
+public object FfiConverterSequenceUInt: FfiConverterRustBuffer<List<kotlin.UInt>> {
+    override fun read(buf: ByteBuffer): List<kotlin.UInt> {
+        val len = buf.getInt()
+        return List<kotlin.UInt>(len) {
+            FfiConverterUInt.read(buf)
+        }
+    }
+
+    override fun allocationSize(value: List<kotlin.UInt>): ULong {
+        val sizeForLength = 4UL
+        val sizeForItems = value.map { FfiConverterUInt.allocationSize(it) }.sum()
+        return sizeForLength + sizeForItems
+    }
+
+    override fun write(value: List<kotlin.UInt>, buf: ByteBuffer) {
+        buf.putInt(value.size)
+        value.iterator().forEach {
+            FfiConverterUInt.write(it, buf)
         }
     }
 }
@@ -6378,6 +6624,29 @@ public object FfiConverterSequenceTypeLedgerEvent: FfiConverterRustBuffer<List<L
     UniffiLib.uniffi_route_uniffi_fn_func_version(
     
         _status)
+}
+    )
+    }
+    
+
+        /**
+         * The chained block hashes of `tokens` (one per complete block of `block_size` tokens), as
+         * NVIDIA Dynamo's router computes them, salted by the LoRA adapter's name: the hashes a
+         * [`Router`] is keyed by and routes with.
+         *
+         * # Errors
+         *
+         * `InvalidArgument` for a block size of 0.
+         */
+    @Throws(RouteException::class) fun `blockHashes`(`tokens`: List<kotlin.UInt>, `blockSize`: kotlin.UInt, `loraName`: kotlin.String?): List<kotlin.ULong> {
+            return FfiConverterSequenceULong.lift(
+    uniffiRustCallWithError(RouteException) { _status ->
+    UniffiLib.uniffi_route_uniffi_fn_func_block_hashes(
+    
+        
+        FfiConverterSequenceUInt.lower(`tokens`),
+        FfiConverterUInt.lower(`blockSize`),
+        FfiConverterOptionalString.lower(`loraName`),_status)
 }
     )
     }
