@@ -35,6 +35,42 @@ class RouterTest {
         assertThrows<RouteException.UnknownRequest> { router.freeRequest(7uL) }
     }
 
+    /** vLLM's payload: [ts, [["BlockStored", [11, 12], nil, tokens 1..32, 16, nil, "GPU"]]]. */
+    private fun storedPayload(): java.nio.ByteBuffer {
+        val head = intArrayOf(0x92, 0xcb, 0x3f, 0xf0, 0, 0, 0, 0, 0, 0, 0x91, 0x97, 0xab)
+        val bytes = head.map { it.toByte() } + "BlockStored".toByteArray().toList() +
+            intArrayOf(0x92, 11, 12, 0xc0, 0xdc, 0, 32).map { it.toByte() } +
+            (1..32).map { it.toByte() } + intArrayOf(16, 0xc0, 0xa3).map { it.toByte() } +
+            "GPU".toByteArray().toList()
+        // The facade reads the payload in place: a direct buffer, from its start.
+        return java.nio.ByteBuffer.allocateDirect(bytes.size).put(bytes.toByteArray()).flip()
+    }
+
+    @Test
+    fun engineKvBatchesFeedTheIndex() {
+        val router = Router(RouterConfig(blockSlots = 64uL, requestSlots = 64uL))
+        router.addWorker(a)
+        router.addWorker(b)
+        val payload = storedPayload()
+        assertThrows<RouteException.InvalidArgument> { router.applyKvBatch(a, payload) }
+        router.readKvBatches(16u, 64uL)
+        val truncated = java.nio.ByteBuffer.allocateDirect(40)
+        repeat(40) { truncated.put(payload.get(it)) }
+        val e = assertThrows<RouteException.InvalidArgument> { router.applyKvBatch(a, truncated.flip()) }
+        assertEquals("KV event payload, byte 40: the payload ends inside a value", e.detail)
+        assertEquals(0uL, router.counters().blocks)
+        val summary = router.applyKvBatch(a, payload)
+        assertEquals(KvBatchSummary(a, 1uL, 2uL, 0uL, 0uL, 0uL, 0uL), summary)
+        val hashes = blockHashes((1..33).map { it.toUInt() }, 16u, null)
+        assertEquals(2, hashes.size)
+        val routed = router.route(
+            Policy("{}"), Selector(16u, 1uL), Request(promptTokens = 32uL, blockSize = 16u, role = Role.AGGREGATED),
+            hashes, listOf(Row(b), Row(a)), 1uL, 0uL,
+        )
+        assertEquals(a, routed.selection.worker)
+        assertEquals(32uL, routed.selection.cachedTokens)
+    }
+
     @Test
     fun timedRoutingCalibratesTheTtftPolicy() {
         val router = Router(RouterConfig(blockSlots = 64uL, requestSlots = 64uL))
