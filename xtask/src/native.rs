@@ -419,6 +419,18 @@ pub(crate) fn python_tests() -> Result {
         .arg(root.join("bindings/python/tests"))
         .env("PATH", &bare_path)
         .current_dir(&target))?;
+    // The Rust subscriber against the same publisher process, with this environment's pyzmq and
+    // msgspec (without them the test would only say it skipped).
+    run(Command::new(env!("CARGO"))
+        .args([
+            "test",
+            "-p",
+            "libroute-subscriber",
+            "--test",
+            "vllm_publisher",
+        ])
+        .env("LIBROUTE_PYTHON", &python)
+        .current_dir(&root))?;
     // The type stubs: equal to the extension's real classes and signatures (stubtest), and
     // enough for `mypy --strict` on the examples (objects, and NumPy arrays of rows).
     run(Command::new(&python)
