@@ -7,7 +7,7 @@ use std::hint::black_box;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use libroute_core::{
-    BlockHasher, BlockSlot, EngineSlot, KvIngest, PrefixIndex, WorkerKey, WorkerSlot,
+    BlockHasher, BlockSlot, EngineSlot, KvBatch, KvIngest, PrefixIndex, WorkerKey, WorkerSlot,
 };
 
 const BLOCK: u32 = 16;
@@ -75,6 +75,17 @@ fn payload(rng: &mut fastrand::Rng, bytes: bool) -> Vec<u8> {
 fn ingest(c: &mut Criterion) {
     let mut group = c.benchmark_group("kv-ingest");
     group.throughput(Throughput::Elements(16));
+    // The payload checked whole and nothing else: what decoding costs apart from hashing, the
+    // engine-hash map and the index.
+    let mut rng = fastrand::Rng::with_seed(11);
+    let payloads: Vec<Vec<u8>> = (0..64).map(|_| payload(&mut rng, false)).collect();
+    let mut i = 0usize;
+    group.bench_function("parse-only/int-hashes", |b| {
+        b.iter(|| {
+            i += 1;
+            KvBatch::parse(black_box(&payloads[i % payloads.len()])).map(|batch| batch.len())
+        });
+    });
     for (name, bytes) in [("int-hashes", false), ("bytes-hashes", true)] {
         let mut rng = fastrand::Rng::with_seed(11);
         // 4,096 batches, 65,536 blocks: twice what the index and the map hold.

@@ -216,17 +216,44 @@ impl<'a> List<'a> {
     }
 }
 
-/// The fields of an event, by name; the array form lists them in this order after the tag.
-const STORED_FIELDS: [&[u8]; 7] = [
-    b"block_hashes",
-    b"parent_block_hash",
-    b"token_ids",
-    b"block_size",
-    b"lora_id",
-    b"medium",
-    b"lora_name",
+/// The fields libroute reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Field {
+    BlockHashes,
+    ParentBlockHash,
+    TokenIds,
+    BlockSize,
+    LoraId,
+    Medium,
+    LoraName,
+}
+
+impl Field {
+    /// The field's name in the map form.
+    fn name(self) -> &'static [u8] {
+        match self {
+            Field::BlockHashes => b"block_hashes",
+            Field::ParentBlockHash => b"parent_block_hash",
+            Field::TokenIds => b"token_ids",
+            Field::BlockSize => b"block_size",
+            Field::LoraId => b"lora_id",
+            Field::Medium => b"medium",
+            Field::LoraName => b"lora_name",
+        }
+    }
+}
+
+/// The fields of each event; the array form lists them in this order after the tag.
+const STORED_FIELDS: [Field; 7] = [
+    Field::BlockHashes,
+    Field::ParentBlockHash,
+    Field::TokenIds,
+    Field::BlockSize,
+    Field::LoraId,
+    Field::Medium,
+    Field::LoraName,
 ];
-const REMOVED_FIELDS: [&[u8]; 2] = [b"block_hashes", b"medium"];
+const REMOVED_FIELDS: [Field; 2] = [Field::BlockHashes, Field::Medium];
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Kind {
@@ -245,7 +272,7 @@ impl Kind {
         }
     }
 
-    fn fields(self) -> &'static [&'static [u8]] {
+    fn fields(self) -> &'static [Field] {
         match self {
             Kind::Stored => &STORED_FIELDS,
             Kind::Removed => &REMOVED_FIELDS,
@@ -284,15 +311,14 @@ impl<'a> Fields<'a> {
         payload: &'a [u8],
         tokens_end: Option<usize>,
     ) -> Result<(), WireError> {
-        let name = kind.fields()[index];
-        match name {
-            b"block_hashes" => {
+        match kind.fields()[index] {
+            Field::BlockHashes => {
                 self.hashes = Some(List::read(r, payload, |r| r.hash().map(drop))?);
             }
-            b"parent_block_hash" => {
+            Field::ParentBlockHash => {
                 self.parent = Some(if r.nil()? { None } else { Some(r.hash()?) });
             }
-            b"token_ids" => {
+            Field::TokenIds => {
                 let at = r.pos();
                 let len = r.array()?;
                 let list = List {
@@ -307,7 +333,7 @@ impl<'a> Fields<'a> {
                 self.tokens = Some((list, at));
                 self.tokens_end = r.pos();
             }
-            b"block_size" => {
+            Field::BlockSize => {
                 let at = r.pos();
                 let size = narrow(r.uint(u64::from(u32::MAX))?);
                 if size == 0 {
@@ -318,18 +344,17 @@ impl<'a> Fields<'a> {
                 }
                 self.block_size = Some((size, at));
             }
-            b"lora_id" => {
+            Field::LoraId => {
                 self.lora_id = if r.nil()? {
                     None
                 } else {
                     Some(r.uint(u64::MAX)?)
                 };
             }
-            b"lora_name" => {
+            Field::LoraName => {
                 self.lora_name = if r.nil()? { None } else { Some(r.str()?) };
             }
-            // b"medium"
-            _ => {
+            Field::Medium => {
                 let at = r.pos();
                 self.tier = if r.nil()? {
                     None
@@ -465,7 +490,7 @@ fn read_event<'a>(
         *r = start;
         for _ in 0..n {
             let key = r.str()?;
-            match kind.fields().iter().position(|f| *f == key) {
+            match kind.fields().iter().position(|f| f.name() == key) {
                 Some(index) => fields.read(kind, index, r, payload, tokens_end)?,
                 None => r.skip()?,
             }

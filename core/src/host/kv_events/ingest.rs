@@ -9,8 +9,9 @@ use crate::host::index::{BlockSlot, IndexError, KvEvent, PrefixIndex, Tier, Work
 use crate::host::table::{Slot, StorageError, Table, TableKey, mix};
 use crate::vocab::WorkerKey;
 
-/// Router hashes handed to the index per call.
-const CHUNK: usize = 64;
+/// Blocks hashed, looked up and handed to the index per step (a batch's event usually holds a
+/// request's new blocks: a few to a few dozen).
+const CHUNK: usize = 16;
 
 /// One engine block on one worker: the key of [`KvIngest`]'s map.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
