@@ -835,15 +835,23 @@ proptest! {
         let workers: Vec<WorkerKey> = (0..3).map(|i| WorkerKey::new(i, 0)).collect();
         let mut index = index();
         let mut ingest = ingest(1024);
+        // The same stream through `apply_batch`, which hashes every block from its token ids
+        // (`apply` hashes them as it checks the payload).
+        let (mut index2, mut ingest2) = (self::index(), self::ingest(1024));
         let mut model = Model::default();
         for (w, events, maps) in &batches {
             let worker = workers[usize::try_from(*w).unwrap()];
             let payload = encode(0.0, events, None, *maps);
             ingest.apply(&mut index, worker, &payload).unwrap();
+            let batch = KvBatch::parse(&payload).unwrap();
+            ingest2.apply_batch(&mut index2, worker, &batch).unwrap();
+            prop_assert_eq!(ingest.counters(), ingest2.counters());
+            prop_assert_eq!(index.counters(), index2.counters());
             model.apply(worker, events);
             model.check(&index, &workers);
             for (&(mw, key), &(router, _)) in &model.map {
                 prop_assert_eq!(ingest.router_hash(mw, key), Some(router));
+                prop_assert_eq!(ingest2.router_hash(mw, key), Some(router));
             }
             prop_assert_eq!(ingest.counters().mapped, model.map.len());
         }

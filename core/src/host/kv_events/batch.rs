@@ -3,10 +3,34 @@
 
 use super::msgpack::Reader;
 use super::{WireError, WireProblem};
+use crate::host::hashing::BlockHasher;
 use crate::host::index::Tier;
 
-/// A checked `KVEventBatch` payload (see the [module docs](super)): its header, and its events
-/// read in place by [`KvBatch::events`].
+/// A checked `KVEventBatch` payload: its header, and its events read in place by
+/// [`KvBatch::events`].
+///
+/// # The payload
+///
+/// A batch is `[ts, events, data_parallel_rank?]` (msgspec's `array_like` structs, vLLM up to
+/// 0.11 and SGLang) or the same fields as a map (`{"ts": .., "events": [..], ..}`, later vLLM;
+/// SGLang names the rank `attn_dp_rank`). Each event is tagged with its class name, first in the
+/// array form or under `"type"` in the map form:
+///
+/// | event | fields read (array positions after the tag) | fields skipped |
+/// | --- | --- | --- |
+/// | `BlockStored` | `block_hashes`, `parent_block_hash`, `token_ids`, `block_size`, `lora_id`, `medium`, `lora_name` | `extra_keys`, `group_idx`, any later field |
+/// | `BlockRemoved` | `block_hashes`, `medium` | `group_idx`, any later field |
+/// | `AllBlocksCleared` | | any |
+///
+/// Trailing optional fields may be absent (msgspec's `omit_defaults`). An engine's block hash is
+/// an integer (read as its 64-bit two's complement pattern) or bytes (read as their xxh3-64);
+/// `medium` `GPU` (or absent) is the device tier, `CPU` or `CPU_PINNED` the host tier, `DISK`,
+/// `EXTERNAL` and `REMOTE` the disk tier, compared without case; any other medium is an error.
+/// A stored event's `token_ids` must hold exactly `block_size` tokens per block hash.
+///
+/// Anything else (a truncated payload, a value of the wrong type, an unknown event, trailing
+/// bytes) is a [`WireError`] naming the byte offset, and a payload that fails changes nothing
+/// ([`KvIngest`](super::KvIngest) checks it whole before applying it).
 ///
 /// # Examples
 ///
@@ -41,6 +65,9 @@ pub struct KvBatch<'a> {
     /// Where the token list of each of the first [`REMEMBERED`] events ends (0: not a stored
     /// event), so reading the events again jumps over their token ids instead of walking them.
     token_ends: [usize; REMEMBERED],
+    /// Where the local hashes of each of the first [`REMEMBERED`] events start in the buffer of
+    /// a [`Prehash`] (`usize::MAX`: not computed).
+    locals_at: [usize; REMEMBERED],
     /// The first stored event's block size and its offset, and the first that differs from it.
     block_sizes: [Option<(u32, usize)>; 2],
 }
@@ -77,8 +104,8 @@ impl Lora<'_> {
     #[must_use]
     pub fn seed(&self) -> u64 {
         match *self {
-            Lora::Base => crate::host::hashing::BlockHasher::local_seed(None),
-            Lora::Name(name) => crate::host::hashing::BlockHasher::local_seed(Some(name)),
+            Lora::Base => BlockHasher::local_seed(None),
+            Lora::Name(name) => BlockHasher::local_seed(Some(name)),
             Lora::Id(id) => {
                 let mut digits = [0u8; 20];
                 let mut at = digits.len();
@@ -93,7 +120,7 @@ impl Lora<'_> {
                         break;
                     }
                 }
-                crate::host::hashing::BlockHasher::local_seed(Some(&digits[at..]))
+                BlockHasher::local_seed(Some(&digits[at..]))
             }
         }
     }
@@ -108,6 +135,7 @@ pub struct StoredBlocks<'a> {
     block_size: u32,
     block_size_at: usize,
     tokens_end: usize,
+    locals_at: Option<usize>,
     lora: Lora<'a>,
     tier: Tier,
 }
@@ -140,6 +168,12 @@ impl<'a> StoredBlocks<'a> {
     #[must_use]
     pub const fn block_size(&self) -> u32 {
         self.block_size
+    }
+
+    /// Where this event's local hashes (base seed) start in the [`Prehash`] buffer the batch was
+    /// checked with, if they were computed then.
+    pub(crate) const fn locals_at(&self) -> Option<usize> {
+        self.locals_at
     }
 
     /// The LoRA adapter.
@@ -214,6 +248,58 @@ impl<'a> List<'a> {
         let mut r = Reader::at(self.payload, self.at);
         (0..self.len).map_while(move |_| r.u32().ok())
     }
+}
+
+/// Local hashes computed while a payload is checked, so its token ids are walked once: for each
+/// stored event whose token count is a multiple of the block size, each block's local hash with
+/// the base model's seed (an event that names a LoRA adapter is hashed again with its seed).
+#[derive(Debug)]
+pub(crate) struct Prehash<'b> {
+    hasher: BlockHasher,
+    locals: &'b mut [u64],
+    filled: usize,
+}
+
+impl<'b> Prehash<'b> {
+    /// Hashes blocks of `block_size` (not zero) tokens into `locals`, as far as they go.
+    pub(crate) fn new(block_size: u32, locals: &'b mut [u64]) -> Self {
+        Self {
+            hasher: BlockHasher::with_seed(block_size, BlockHasher::local_seed(None)),
+            locals,
+            filled: 0,
+        }
+    }
+
+    /// Checks the `len` token ids at `r` and, when they are whole blocks that fit, hashes them;
+    /// returns where their hashes start.
+    fn take(&mut self, r: &mut Reader<'_>, len: usize) -> Result<Option<usize>, WireError> {
+        let size = self.hasher.block_size() as usize;
+        let blocks = len / size;
+        if len == 0 || len % size != 0 || self.filled + blocks > self.locals.len() {
+            r.skip_u32s(len)?;
+            return Ok(None);
+        }
+        let start = self.filled;
+        for _ in 0..blocks {
+            let mut failed = None;
+            let tokens = (0..size).map_while(|_| r.u32().map_err(|e| failed = Some(e)).ok());
+            let local = self.hasher.local_hash_of(size, tokens);
+            if let Some(e) = failed {
+                return Err(e);
+            }
+            self.locals[self.filled] = local;
+            self.filled += 1;
+        }
+        Ok(Some(start))
+    }
+}
+
+/// How an event is read.
+enum Pass<'p, 'b> {
+    /// The first time: every value checked, and, with a [`Prehash`], stored blocks hashed.
+    Check(Option<&'p mut Prehash<'b>>),
+    /// Again after a check: the token list ends at the offset remembered, if any.
+    Again(Option<usize>),
 }
 
 /// The fields libroute reads.
@@ -293,6 +379,7 @@ struct Fields<'a> {
     parent: Option<Option<u64>>,
     tokens: Option<(List<'a>, usize)>,
     tokens_end: usize,
+    locals_at: Option<usize>,
     block_size: Option<(u32, usize)>,
     lora_id: Option<u64>,
     lora_name: Option<&'a [u8]>,
@@ -301,15 +388,14 @@ struct Fields<'a> {
 
 impl<'a> Fields<'a> {
     /// Reads the value of field `index` of `kind`'s list.
-    /// Reads the value of field `index` of `kind`'s list; `tokens_end`, when known, is where the
-    /// token list ends.
+    /// Reads the value of field `index` of `kind`'s list.
     fn read(
         &mut self,
         kind: Kind,
         index: usize,
         r: &mut Reader<'a>,
         payload: &'a [u8],
-        tokens_end: Option<usize>,
+        pass: &mut Pass<'_, '_>,
     ) -> Result<(), WireError> {
         match kind.fields()[index] {
             Field::BlockHashes => {
@@ -326,9 +412,10 @@ impl<'a> Fields<'a> {
                     at: r.pos(),
                     len,
                 };
-                match tokens_end {
-                    Some(end) => *r = Reader::at(payload, end),
-                    None => r.skip_u32s(len)?,
+                match pass {
+                    Pass::Again(Some(end)) => *r = Reader::at(payload, *end),
+                    Pass::Check(Some(prehash)) => self.locals_at = prehash.take(r, len)?,
+                    Pass::Again(None) | Pass::Check(None) => r.skip_u32s(len)?,
                 }
                 self.tokens = Some((list, at));
                 self.tokens_end = r.pos();
@@ -408,6 +495,7 @@ impl<'a> Fields<'a> {
                     block_size,
                     block_size_at,
                     tokens_end: self.tokens_end,
+                    locals_at: self.locals_at,
                     lora,
                     tier,
                 }))
@@ -435,11 +523,11 @@ fn tier_of(medium: &[u8]) -> Option<Tier> {
     }
 }
 
-/// Reads one event (either form) at `r`; `tokens_end`, when known, is where its token list ends.
+/// Reads one event (either form) at `r`.
 fn read_event<'a>(
     r: &mut Reader<'a>,
     payload: &'a [u8],
-    tokens_end: Option<usize>,
+    mut pass: Pass<'_, '_>,
 ) -> Result<WireEvent<'a>, WireError> {
     let at = r.pos();
     let mut fields = Fields::default();
@@ -459,7 +547,7 @@ fn read_event<'a>(
         })?;
         for index in 0..n - 1 {
             if index < kind.fields().len() {
-                fields.read(kind, index, r, payload, tokens_end)?;
+                fields.read(kind, index, r, payload, &mut pass)?;
             } else {
                 r.skip()?;
             }
@@ -491,7 +579,7 @@ fn read_event<'a>(
         for _ in 0..n {
             let key = r.str()?;
             match kind.fields().iter().position(|f| f.name() == key) {
-                Some(index) => fields.read(kind, index, r, payload, tokens_end)?,
+                Some(index) => fields.read(kind, index, r, payload, &mut pass)?,
                 None => r.skip()?,
             }
         }
@@ -508,19 +596,33 @@ impl<'a> KvBatch<'a> {
     ///
     /// A [`WireError`] naming the byte offset of the first thing wrong.
     pub fn parse(payload: &'a [u8]) -> Result<Self, WireError> {
+        Self::parse_with(payload, None)
+    }
+
+    /// [`KvBatch::parse`], computing the stored blocks' local hashes into `prehash` as it checks
+    /// their token ids.
+    pub(crate) fn parse_with(
+        payload: &'a [u8],
+        mut prehash: Option<&mut Prehash<'_>>,
+    ) -> Result<Self, WireError> {
         let mut r = Reader::new(payload);
         let mut ts = None;
         let mut rank = None;
         let mut events = None;
         let mut block_sizes = [None; 2];
         let mut token_ends = [0; REMEMBERED];
+        let mut locals_at = [usize::MAX; REMEMBERED];
         let mut read_events = |r: &mut Reader<'a>| -> Result<(usize, usize), WireError> {
             let n = r.array()?;
             let at = r.pos();
             for i in 0..n {
-                if let WireEvent::Stored(s) = read_event(r, payload, None)? {
+                let pass = Pass::Check(prehash.as_deref_mut());
+                if let WireEvent::Stored(s) = read_event(r, payload, pass)? {
                     if let Some(end) = token_ends.get_mut(i) {
                         *end = s.tokens_end;
+                    }
+                    if let (Some(slot), Some(start)) = (locals_at.get_mut(i), s.locals_at) {
+                        *slot = start;
                     }
                     let this = Some((s.block_size, s.block_size_at));
                     match block_sizes {
@@ -582,6 +684,7 @@ impl<'a> KvBatch<'a> {
             events_at,
             events,
             token_ends,
+            locals_at,
             block_sizes,
         })
     }
@@ -634,6 +737,7 @@ impl<'a> KvBatch<'a> {
             r: Reader::at(self.payload, self.events_at),
             payload: self.payload,
             token_ends: self.token_ends,
+            locals_at: self.locals_at,
             next: 0,
             left: self.events,
         }
@@ -646,6 +750,7 @@ pub struct Events<'a> {
     r: Reader<'a>,
     payload: &'a [u8],
     token_ends: [usize; REMEMBERED],
+    locals_at: [usize; REMEMBERED],
     next: usize,
     left: usize,
 }
@@ -665,8 +770,16 @@ impl<'a> Iterator for Events<'a> {
             .get(self.next)
             .copied()
             .filter(|&end| end != 0);
+        let locals_at = self
+            .locals_at
+            .get(self.next)
+            .copied()
+            .filter(|&at| at != usize::MAX);
         self.next += 1;
-        let event = read_event(&mut self.r, self.payload, tokens_end).ok();
+        let mut event = read_event(&mut self.r, self.payload, Pass::Again(tokens_end)).ok();
+        if let Some(WireEvent::Stored(s)) = event.as_mut() {
+            s.locals_at = locals_at;
+        }
         if event.is_none() {
             self.left = 0;
         }

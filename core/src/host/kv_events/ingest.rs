@@ -2,12 +2,16 @@
 
 use core::fmt;
 
-use super::batch::{KvBatch, RemovedBlocks, StoredBlocks, WireEvent};
+use super::batch::{KvBatch, Lora, Prehash, RemovedBlocks, StoredBlocks, WireEvent};
 use super::{WireError, WireProblem};
 use crate::host::hashing::BlockHasher;
 use crate::host::index::{BlockSlot, IndexError, KvEvent, PrefixIndex, Tier, WorkerSlot};
 use crate::host::table::{Slot, StorageError, Table, TableKey, mix};
 use crate::vocab::WorkerKey;
+
+/// Local hashes computed while a payload is checked (`KvIngest::apply`); blocks beyond them are
+/// hashed from their token ids as they are applied.
+const PREHASHED: usize = 128;
 
 /// Blocks hashed, looked up and handed to the index per step (a batch's event usually holds a
 /// request's new blocks: a few to a few dozen).
@@ -226,8 +230,12 @@ impl<S: AsRef<[EngineSlot]> + AsMut<[EngineSlot]>> KvIngest<S> {
         B: AsRef<[BlockSlot<WORDS>]> + AsMut<[BlockSlot<WORDS>]>,
         W: AsRef<[WorkerSlot]> + AsMut<[WorkerSlot]>,
     {
-        let batch = KvBatch::parse(payload)?;
-        self.apply_batch(index, worker, &batch)
+        // The stored blocks' local hashes are computed as the payload is checked, so its token
+        // ids are walked once.
+        let mut locals = [0u64; PREHASHED];
+        let mut prehash = Prehash::new(self.block_size, &mut locals);
+        let batch = KvBatch::parse_with(payload, Some(&mut prehash))?;
+        self.apply_with(index, worker, &batch, &locals)
     }
 
     /// Applies a parsed batch to `index` as `worker`'s events; the data-parallel rank the batch
@@ -243,6 +251,22 @@ impl<S: AsRef<[EngineSlot]> + AsMut<[EngineSlot]>> KvIngest<S> {
         index: &mut PrefixIndex<B, W, WORDS>,
         worker: WorkerKey,
         batch: &KvBatch<'_>,
+    ) -> Result<BatchSummary, IngestError>
+    where
+        B: AsRef<[BlockSlot<WORDS>]> + AsMut<[BlockSlot<WORDS>]>,
+        W: AsRef<[WorkerSlot]> + AsMut<[WorkerSlot]>,
+    {
+        self.apply_with(index, worker, batch, &[])
+    }
+
+    /// [`KvIngest::apply_batch`] with the local hashes the batch's check computed (`locals`,
+    /// where the events' `locals_at` point).
+    fn apply_with<B, W, const WORDS: usize>(
+        &mut self,
+        index: &mut PrefixIndex<B, W, WORDS>,
+        worker: WorkerKey,
+        batch: &KvBatch<'_>,
+        locals: &[u64],
     ) -> Result<BatchSummary, IngestError>
     where
         B: AsRef<[BlockSlot<WORDS>]> + AsMut<[BlockSlot<WORDS>]>,
@@ -270,7 +294,7 @@ impl<S: AsRef<[EngineSlot]> + AsMut<[EngineSlot]>> KvIngest<S> {
         };
         for event in batch.events() {
             match event {
-                WireEvent::Stored(s) => self.store(index, worker, &s, &mut summary)?,
+                WireEvent::Stored(s) => self.store(index, worker, &s, locals, &mut summary)?,
                 WireEvent::Removed(r) => self.remove(index, worker, &r, &mut summary),
                 WireEvent::Cleared => {
                     index
@@ -310,6 +334,7 @@ impl<S: AsRef<[EngineSlot]> + AsMut<[EngineSlot]>> KvIngest<S> {
         index: &mut PrefixIndex<B, W, WORDS>,
         worker: WorkerKey,
         stored: &StoredBlocks<'_>,
+        locals: &[u64],
         summary: &mut BatchSummary,
     ) -> Result<(), IngestError>
     where
@@ -331,6 +356,12 @@ impl<S: AsRef<[EngineSlot]> + AsMut<[EngineSlot]>> KvIngest<S> {
         let tier = stored.tier();
         let size = self.block_size as usize;
         let mut tokens = stored.tokens();
+        // Hashed as the payload was checked, with the base model's seed.
+        let prehashed = match (stored.lora(), stored.locals_at()) {
+            (Lora::Base, Some(at)) => locals.get(at..at + stored.block_count()),
+            _ => None,
+        };
+        let mut done = 0;
         let mut engine_hashes = stored.hashes();
         loop {
             let mut engine = [0u64; CHUNK];
@@ -347,13 +378,17 @@ impl<S: AsRef<[EngineSlot]> + AsMut<[EngineSlot]>> KvIngest<S> {
             }
             let mut router = [0u64; CHUNK];
             for i in 0..n {
-                let local = hasher.local_hash_of(size, tokens.by_ref());
+                let local = match prehashed {
+                    Some(locals) => locals[done + i],
+                    None => hasher.local_hash_of(size, tokens.by_ref()),
+                };
                 let hash = hasher.next_sequence_hash(parent, local);
                 parent = Some(hash);
                 self.map_block(found[i], worker, engine[i], hash, tier);
                 router[i] = hash;
             }
             Self::stored(index, worker, tier, &router[..n])?;
+            done += n;
             if n < CHUNK {
                 break;
             }

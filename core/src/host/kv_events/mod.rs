@@ -9,27 +9,7 @@
 //! [`SequenceCheck`] tells a subscriber which batches it missed, to ask the engine's replay socket
 //! for them.
 //!
-//! # The payload
-//!
-//! A batch is `[ts, events, data_parallel_rank?]` (msgspec's `array_like` structs, vLLM up to
-//! 0.11 and SGLang) or the same fields as a map (`{"ts": .., "events": [..], ..}`, later vLLM;
-//! SGLang names the rank `attn_dp_rank`). Each event is tagged with its class name, first in the
-//! array form or under `"type"` in the map form:
-//!
-//! | event | fields read (array positions after the tag) | fields skipped |
-//! | --- | --- | --- |
-//! | `BlockStored` | `block_hashes`, `parent_block_hash`, `token_ids`, `block_size`, `lora_id`, `medium`, `lora_name` | `extra_keys`, `group_idx`, any later field |
-//! | `BlockRemoved` | `block_hashes`, `medium` | `group_idx`, any later field |
-//! | `AllBlocksCleared` | | any |
-//!
-//! Trailing optional fields may be absent (msgspec's `omit_defaults`). An engine's block hash is
-//! an integer (read as its 64-bit two's complement pattern) or bytes (read as their xxh3-64);
-//! `medium` `GPU` (or absent) is the device tier, `CPU` or `CPU_PINNED` the host tier, `DISK`,
-//! `EXTERNAL` and `REMOTE` the disk tier, compared without case; any other medium is an error.
-//! A stored event's `token_ids` must hold exactly `block_size` tokens per block hash.
-//!
-//! Anything else (a truncated payload, a value of the wrong type, an unknown event, trailing
-//! bytes) is a [`WireError`] naming the byte offset, and a payload that fails changes nothing.
+//! The payload's forms are documented on [`KvBatch`], the public item that reads them.
 
 mod batch;
 mod ingest;
