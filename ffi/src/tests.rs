@@ -699,6 +699,108 @@ fn the_router_indexes_routes_books_and_frees() {
 }
 
 #[test]
+fn engine_kv_batches_and_block_hashes() {
+    let config = libroute_router_config {
+        block_slots: 64,
+        max_workers: 64,
+        request_slots: 32,
+        tombstones: 0,
+        prediction_slots: 0,
+        prediction_ttl: 0,
+        host_weight: 0.75,
+        disk_weight: 0.25,
+    };
+    // [1, [["BlockStored", [11, 12], None, [1, 2, 3, 4], 2, None, "GPU"]]]: block size 2.
+    let mut payload = vec![0x92, 0x01, 0x91, 0x97, 0xab];
+    payload.extend_from_slice(b"BlockStored");
+    payload.extend_from_slice(&[0x92, 11, 12, 0xc0, 0x94, 1, 2, 3, 4, 2, 0xc0, 0xa3]);
+    payload.extend_from_slice(b"GPU");
+    let worker = libroute_worker {
+        worker_id: 7,
+        dp_rank: 0,
+    };
+    let mut router = ptr::null_mut();
+    // SAFETY: valid pointers and lengths throughout; each handle is freed once.
+    unsafe {
+        assert_eq!(
+            libroute_router_new(&raw const config, &raw mut router),
+            libroute_status::Ok
+        );
+        let mut summary = std::mem::zeroed::<libroute_kv_batch_summary>();
+        let sentinel = summary;
+        assert_eq!(
+            libroute_router_read_kv_batches(router, 2, 64),
+            libroute_status::Ok
+        );
+        let rc =
+            libroute_router_apply_kv_batch(router, worker, payload.as_ptr(), 20, &raw mut summary);
+        assert_eq!(rc, libroute_status::InvalidArgument);
+        assert_eq!(
+            last_error(),
+            "KV event payload, byte 20: the payload ends inside a value"
+        );
+        assert_eq!(summary, sentinel, "written only on success");
+        let rc = libroute_router_apply_kv_batch(
+            router,
+            worker,
+            payload.as_ptr(),
+            payload.len(),
+            &raw mut summary,
+        );
+        assert_eq!(rc, libroute_status::Ok);
+        assert_eq!((summary.events, summary.stored_blocks), (1, 2));
+        assert_eq!(
+            libroute_router_apply_kv_batch(router, worker, ptr::null(), 3, ptr::null_mut()),
+            libroute_status::NullArgument
+        );
+
+        let tokens = [1u32, 2, 3, 4, 5];
+        let mut hashes = [0u64; 2];
+        let mut written = 0;
+        let rc = libroute_block_hashes(
+            tokens.as_ptr(),
+            tokens.len(),
+            2,
+            ptr::null(),
+            0,
+            hashes.as_mut_ptr(),
+            1,
+            &raw mut written,
+        );
+        assert_eq!((rc, written), (libroute_status::BufferTooSmall, 2));
+        let rc = libroute_block_hashes(
+            tokens.as_ptr(),
+            tokens.len(),
+            2,
+            b"adapter".as_ptr(),
+            7,
+            hashes.as_mut_ptr(),
+            2,
+            &raw mut written,
+        );
+        assert_eq!((rc, written), (libroute_status::Ok, 2));
+        let lora = hashes;
+        let rc = libroute_block_hashes(
+            tokens.as_ptr(),
+            tokens.len(),
+            2,
+            ptr::null(),
+            0,
+            hashes.as_mut_ptr(),
+            2,
+            &raw mut written,
+        );
+        assert_eq!(rc, libroute_status::Ok);
+        assert_ne!(lora, hashes, "the adapter's name salts the hashes");
+        // The engine's blocks are the request's: worker 7 holds both.
+        let mut counters = std::mem::zeroed::<libroute_router_counters>();
+        libroute_router_get_counters(router, &raw mut counters);
+        assert_eq!(counters.blocks, 2);
+        libroute_router_free(router);
+    }
+}
+
+#[test]
 fn catalog_policies_explanations_and_policy_sets() {
     // Least loaded by active decode blocks (the rows' only load figure here): 5, 2, 9.
     let policy =
