@@ -2,8 +2,8 @@
 
 The event classes are vLLM's, field for field, in the two wire forms vLLM has used:
 
-- ``array``: ``vllm/distributed/kv_events.py`` as of vLLM 0.9 (the version in HabanaAI/vllm-fork
-  at commit 428c45d0): msgspec structs with ``array_like=True``, ``BlockStored`` without
+- ``array``: ``vllm/distributed/kv_events.py`` as vLLM first published KV events (the version
+  in HabanaAI/vllm-fork, a vLLM fork, at commit 428c45d0): msgspec structs with ``array_like=True``, ``BlockStored`` without
   ``medium``, ``EventBatch`` without ``data_parallel_rank``, integer block hashes.
 - ``map``: the same file in vllm-project/vllm at commit 0181ea31 (later vLLM): no ``array_like``
   (structs are maps), ``medium``, ``lora_name``, ``extra_keys``, ``group_idx`` and the cache-spec
@@ -34,7 +34,7 @@ BLOCK = 16
 DROPPED = 3  # batches with seq % 7 == DROPPED are only in the replay buffer
 
 
-# --- vLLM 0.9's classes (array_like) ---------------------------------------------------------
+# --- vLLM's first classes (array_like) ---------------------------------------------------------
 
 
 class EventBatchV09(msgspec.Struct, array_like=True, omit_defaults=True, gc=False):  # type: ignore[call-arg]

@@ -11,8 +11,8 @@ use crate::host::index::Tier;
 ///
 /// # The payload
 ///
-/// A batch is `[ts, events, data_parallel_rank?]` (msgspec's `array_like` structs, vLLM up to
-/// 0.11 and SGLang) or the same fields as a map (`{"ts": .., "events": [..], ..}`, later vLLM;
+/// A batch is `[ts, events, data_parallel_rank?]` (msgspec's `array_like` structs: earlier vLLM
+/// and SGLang) or the same fields as a map (`{"ts": .., "events": [..], ..}`, later vLLM;
 /// SGLang names the rank `attn_dp_rank`). Each event is tagged with its class name, first in the
 /// array form or under `"type"` in the map form:
 ///
