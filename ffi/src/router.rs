@@ -4,7 +4,7 @@
 
 //! The router's logic is `host::Router`; these exports turn pointers into its arguments.
 
-use libroute_core::{KvEvent, LedgerEvent, Tier, WorkerKey};
+use libroute_core::{BatchSummary, KvEvent, LedgerEvent, Tier, WorkerKey};
 
 use crate::handle::{Handle, slice, slice_arg, slice_arg_mut};
 use crate::host::{Clock, Router};
@@ -615,6 +615,20 @@ pub struct libroute_kv_batch_summary {
     pub clears: usize,
 }
 
+impl From<BatchSummary> for libroute_kv_batch_summary {
+    fn from(s: BatchSummary) -> Self {
+        libroute_kv_batch_summary {
+            worker: s.worker.into(),
+            events: s.events,
+            stored_blocks: s.stored_blocks,
+            removed_blocks: s.removed_blocks,
+            orphaned_blocks: s.orphaned_blocks,
+            unknown_removals: s.unknown_removals,
+            clears: s.clears,
+        }
+    }
+}
+
 /// Turns on `libroute_router_apply_kv_batch`: engines' stored blocks must have `block_size`
 /// tokens (the size requests are hashed with, `libroute_block_hashes`), and the map from engine
 /// block hashes to the router's holds `engine_hash_slots / 2` blocks (a power of two of at least
@@ -663,20 +677,8 @@ pub unsafe extern "C" fn libroute_router_apply_kv_batch(
         let payload = unsafe { slice_arg(payload, len, "payload") }?;
         let s = r.apply_kv_batch(worker, payload)?;
         if !summary.is_null() {
-            let c = libroute_kv_batch_summary {
-                worker: libroute_worker {
-                    worker_id: s.worker.worker_id,
-                    dp_rank: s.worker.dp_rank,
-                },
-                events: s.events,
-                stored_blocks: s.stored_blocks,
-                removed_blocks: s.removed_blocks,
-                orphaned_blocks: s.orphaned_blocks,
-                unknown_removals: s.unknown_removals,
-                clears: s.clears,
-            };
             // SAFETY: non-NULL and valid for a write by contract.
-            unsafe { summary.write(c) };
+            unsafe { summary.write(s) };
         }
         Ok(())
     })

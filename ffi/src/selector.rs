@@ -212,10 +212,7 @@ impl From<&Explanation> for libroute_explanation {
         contributions[..parts.len()].copy_from_slice(parts);
         libroute_explanation {
             row: e.row,
-            worker: libroute_worker {
-                worker_id: e.worker.worker_id,
-                dp_rank: e.worker.dp_rank,
-            },
+            worker: e.worker.into(),
             disposition: disposition as u32,
             filter: u32::try_from(filter).unwrap_or(u32::MAX),
             chosen: u8::from(e.chosen),

@@ -45,6 +45,15 @@ pub struct libroute_worker {
     pub dp_rank: u32,
 }
 
+impl From<WorkerKey> for libroute_worker {
+    fn from(w: WorkerKey) -> Self {
+        libroute_worker {
+            worker_id: w.worker_id,
+            dp_rank: w.dp_rank,
+        }
+    }
+}
+
 /// One candidate worker, filled by the host in its own memory and read in place.
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
@@ -442,10 +451,7 @@ pub(crate) fn to_c(s: &Selection) -> libroute_selection {
     };
     libroute_selection {
         row: s.row,
-        worker: libroute_worker {
-            worker_id: s.worker.worker_id,
-            dp_rank: s.worker.dp_rank,
-        },
+        worker: s.worker.into(),
         cost: s.cost,
         candidates: s.candidates,
         scorers: s.contributions().len(),

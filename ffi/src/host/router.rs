@@ -3,15 +3,18 @@
 //! and counters.
 
 use libroute_core::{
-    BatchSummary, BlockSlot, EngineSlot, KvEvent, KvIngest, Ledger, LedgerEvent, LoadSlot,
-    PredictionRecord, PredictionSlot, Predictions, PrefixIndex, RequestSlot, RouteError,
-    Router as GenericRouter, Row, WorkerKey, WorkerSlot,
+    BlockSlot, EngineSlot, KvEvent, KvIngest, Ledger, LedgerEvent, LoadSlot, PredictionRecord,
+    PredictionSlot, Predictions, PrefixIndex, RequestSlot, RouteError, Router as GenericRouter,
+    Row, WorkerKey, WorkerSlot,
 };
 
 use crate::host::policy::Kind;
 use crate::host::selector::{AnySelector, with_selector};
 use crate::host::{Policy, Selector};
-use crate::router::{LIBROUTE_MAX_TABLE_SLOTS, libroute_router_config, libroute_router_counters};
+use crate::router::{
+    LIBROUTE_MAX_TABLE_SLOTS, libroute_kv_batch_summary, libroute_router_config,
+    libroute_router_counters,
+};
 use crate::status::{Failure, libroute_status};
 use crate::vocab::{
     RequestArgs, core_rows_mut, libroute_row, libroute_selection, libroute_worker, to_c,
@@ -226,7 +229,7 @@ impl Router {
         &mut self,
         worker: libroute_worker,
         payload: &[u8],
-    ) -> Result<BatchSummary, Failure> {
+    ) -> Result<libroute_kv_batch_summary, Failure> {
         let Some(ingest) = self.ingest.as_mut() else {
             return Err(Failure::fixed(
                 libroute_status::InvalidArgument,
@@ -234,6 +237,7 @@ impl Router {
             ));
         };
         with_router!(&mut self.router, x => ingest.apply(&mut x.index, key(worker), payload))
+            .map(libroute_kv_batch_summary::from)
             .map_err(Failure::ingest)
     }
 

@@ -411,10 +411,7 @@ impl Router {
     ) -> Result<KvBatchSummary, RouteError> {
         let s = self.with(|r| Ok(r.apply_kv_batch(worker.into(), payload)?))?;
         Ok(KvBatchSummary {
-            worker: Worker {
-                worker_id: s.worker.worker_id,
-                dp_rank: s.worker.dp_rank,
-            },
+            worker: s.worker.into(),
             events: s.events as u64,
             stored_blocks: s.stored_blocks as u64,
             removed_blocks: s.removed_blocks as u64,
