@@ -232,10 +232,12 @@ func (r *Router) ApplyKvBatch(w Worker, payload []byte) (KvBatchSummary, error) 
 // tokens), as NVIDIA Dynamo's router computes them, salted by the LoRA adapter's name ("" for
 // the base model): the hashes to route with when engines' KV batches feed the router.
 func BlockHashes(tokens []uint32, blockSize uint32, loraName string) ([]uint64, error) {
-	if blockSize == 0 {
-		return nil, &Error{Status: StatusInvalidArgument, Detail: "block_size must be at least 1 token"}
+	// A block size of 0 is refused by the library itself, with its own sentence.
+	n := 0
+	if blockSize > 0 {
+		n = len(tokens) / int(blockSize)
 	}
-	out := make([]uint64, len(tokens)/int(blockSize))
+	out := make([]uint64, n)
 	var tok *C.uint32_t
 	if len(tokens) > 0 {
 		tok = (*C.uint32_t)(unsafe.Pointer(&tokens[0]))

@@ -190,7 +190,8 @@ func TestEngineKvBatches(t *testing.T) {
 	if lora, _ := BlockHashes(tokens, 16, "adapter-7"); lora[0] == hashes[0] {
 		t.Error("a LoRA adapter's hashes equal the base model's")
 	}
-	if _, err := BlockHashes(tokens, 0, ""); !errors.Is(err, StatusInvalidArgument) {
+	if _, err := BlockHashes(tokens, 0, ""); !errors.As(err, &e) || e.Status != StatusInvalidArgument ||
+		e.Detail != "block_size must be at least 1 token" {
 		t.Errorf("block size 0: %v", err)
 	}
 	policy, _ := NewPolicy("")
