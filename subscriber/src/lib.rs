@@ -190,13 +190,8 @@ impl Subscriber {
                 self.replay = None;
                 return Err(io::ErrorKind::TimedOut.into());
             };
-            let [_, seq, payload] = message.as_slice() else {
-                return Err(io::Error::new(
-                    io::ErrorKind::InvalidData,
-                    "a replay reply is not (delimiter, seq, payload)",
-                ));
-            };
-            let seq = seq_of(seq)?;
+            let (seq, payload) =
+                seq_and_payload(&message, "a replay reply is not (delimiter, seq, payload)")?;
             if seq == u64::MAX {
                 // -1 as an unsigned 64-bit pattern: the end marker.
                 break;
@@ -250,13 +245,8 @@ impl Subscriber {
             let Some(message) = self.live.recv(deadline)? else {
                 return Ok(None);
             };
-            let [_, seq, payload] = message.as_slice() else {
-                return Err(io::Error::new(
-                    io::ErrorKind::InvalidData,
-                    "a KV-event message is not (topic, seq, payload)",
-                ));
-            };
-            let seq = seq_of(seq)?;
+            let (seq, payload) =
+                seq_and_payload(&message, "a KV-event message is not (topic, seq, payload)")?;
             match self.seq.step(seq) {
                 SequenceStep::Seen => self.counters.duplicates += 1,
                 SequenceStep::Next => self.queue(seq, payload.clone(), false),
@@ -307,13 +297,18 @@ impl Subscriber {
     }
 }
 
-/// An 8-byte big-endian sequence number.
-fn seq_of(bytes: &[u8]) -> io::Result<u64> {
-    let bytes: [u8; 8] = bytes.try_into().map_err(|_| {
+/// The sequence number (8 bytes, big-endian) and payload of a three-frame message, as the live
+/// socket (topic first) and the replay socket (delimiter first) send them; `shape` says which was
+/// expected when the message is something else.
+fn seq_and_payload<'m>(message: &'m [Vec<u8>], shape: &str) -> io::Result<(u64, &'m Vec<u8>)> {
+    let [_, seq, payload] = message else {
+        return Err(io::Error::new(io::ErrorKind::InvalidData, shape.to_owned()));
+    };
+    let bytes: [u8; 8] = seq.as_slice().try_into().map_err(|_| {
         io::Error::new(
             io::ErrorKind::InvalidData,
-            format!("a sequence number of {} bytes, not 8", bytes.len()),
+            format!("a sequence number of {} bytes, not 8", seq.len()),
         )
     })?;
-    Ok(u64::from_be_bytes(bytes))
+    Ok((u64::from_be_bytes(bytes), payload))
 }
