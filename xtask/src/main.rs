@@ -9,7 +9,9 @@
 //! - `c-tests`, `consumers`, `go`, `python`, `kotlin [--bench]`, `swift`: each language's tests.
 //! - `check`: the no_std proofs (bare-metal link without an allocator, dependency features).
 //! - `package`: `cargo package` every publishable crate and check what each would ship.
-//! - `fuzz [--time SECONDS]`: run every cargo-fuzz target, nightly with ASan when available.
+//! - `fuzz [--time SECONDS] [--runs N] [--target NAME]...`: a fuzz campaign over every target (or
+//!   those named), from the committed corpora, recorded in `fuzz/CAMPAIGNS.md`.
+//! - `soak [--requests N]`: route N requests (10 million by default) through one `Router`.
 //! - `bench`: run the criterion benchmarks.
 //! - `aisim`: the engine simulator bridge's own workspace (`aisim/`): format, clippy, tests.
 
@@ -22,6 +24,7 @@
 #![allow(clippy::doc_markdown, reason = "tool names in prose")]
 
 mod codegen;
+mod fuzz;
 mod native;
 mod scenarios;
 
@@ -36,7 +39,8 @@ pub(crate) type Result<T = ()> = std::result::Result<T, String>;
 
 const USAGE: &str = "usage: cargo xtask <ci | codegen [--check] | scenarios PATH... | check | \
                      dist --prefix DIR | c-tests | consumers | go | python | kotlin [--bench] | swift | \
-                     package | fuzz [--time SECONDS] | bench | aisim>";
+                     package | fuzz [--time SECONDS] [--runs N] [--target NAME]... | \
+                     soak [--requests N] | bench | aisim>";
 
 /// The bare-metal target the no_std proof links for.
 const BARE_METAL: &str = "thumbv7em-none-eabihf";
@@ -88,7 +92,8 @@ fn main() -> ExitCode {
         },
         Some("swift") => native::swift_tests(),
         Some("package") => package(),
-        Some("fuzz") => parse_time(&args[1..]).and_then(fuzz),
+        Some("fuzz") => fuzz::campaign(&args[1..]),
+        Some("soak") => soak(&args[1..]),
         Some("bench") => cargo(&["bench", "-p", "libroute-benches"]),
         Some("aisim") => aisim(),
         _ => Err(USAGE.to_owned()),
@@ -135,19 +140,25 @@ fn take_tail() -> Vec<String> {
         .collect()
 }
 
-/// Copies `from` to `to` line by line, remembering each line for the failure summary.
-fn tee(from: impl std::io::Read, mut to: impl std::io::Write) {
+/// Copies `from` to `to` line by line, remembering each line for the failure summary; returns
+/// the lines when `keep`.
+fn tee(from: impl std::io::Read, mut to: impl std::io::Write, keep: bool) -> Vec<String> {
     use std::io::BufRead;
     let mut reader = std::io::BufReader::new(from);
     let mut line = Vec::new();
+    let mut kept = Vec::new();
     loop {
         line.clear();
         match reader.read_until(b'\n', &mut line) {
-            Ok(0) | Err(_) => return,
+            Ok(0) | Err(_) => return kept,
             Ok(_) => {
                 // A closed terminal must not stop the child: keep draining its pipe.
                 let _ = to.write_all(&line).and_then(|()| to.flush());
-                remember(String::from_utf8_lossy(&line).trim_end().to_owned());
+                let text = String::from_utf8_lossy(&line).trim_end().to_owned();
+                if keep {
+                    kept.push(text.clone());
+                }
+                remember(text);
             }
         }
     }
@@ -155,31 +166,35 @@ fn tee(from: impl std::io::Read, mut to: impl std::io::Write) {
 
 /// Runs `cmd` with its output passed through (and remembered), and fails naming the command.
 pub(crate) fn run(cmd: &mut Command) -> Result {
+    run_keeping(cmd, false).0
+}
+
+/// [`run`], also returning the lines the command wrote to stderr when `keep`.
+pub(crate) fn run_keeping(cmd: &mut Command, keep: bool) -> (Result, Vec<String>) {
     use std::process::Stdio;
     let described = describe(cmd);
     eprintln!("$ {described}");
     remember(format!("$ {described}"));
-    let mut child = cmd
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(|e| format!("{described}: {e}"))?;
+    let mut child = match cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn() {
+        Ok(child) => child,
+        Err(e) => return (Err(format!("{described}: {e}")), Vec::new()),
+    };
     let (out, err) = (child.stdout.take(), child.stderr.take());
-    let status = std::thread::scope(|s| {
+    let (status, kept) = std::thread::scope(|s| {
         if let Some(out) = out {
-            s.spawn(|| tee(out, std::io::stdout()));
+            s.spawn(|| tee(out, std::io::stdout(), false));
         }
-        if let Some(err) = err {
-            s.spawn(|| tee(err, std::io::stderr()));
-        }
-        child.wait()
-    })
-    .map_err(|e| format!("{described}: {e}"))?;
-    if status.success() {
-        Ok(())
-    } else {
-        Err(format!("`{described}` failed with {status}"))
-    }
+        let kept = err.map(|err| s.spawn(move || tee(err, std::io::stderr(), keep)));
+        let status = child.wait();
+        let kept = kept.and_then(|h| h.join().ok()).unwrap_or_default();
+        (status, kept)
+    });
+    let result = match status {
+        Ok(status) if status.success() => Ok(()),
+        Ok(status) => Err(format!("`{described}` failed with {status}")),
+        Err(e) => Err(format!("{described}: {e}")),
+    };
+    (result, kept)
 }
 
 fn describe(cmd: &Command) -> String {
@@ -347,60 +362,25 @@ fn package() -> Result {
     Ok(())
 }
 
-fn parse_time(args: &[String]) -> Result<u64> {
-    match args {
-        [] => Ok(60),
-        [flag, secs] if flag == "--time" => secs
-            .parse()
-            .map_err(|_| format!("--time takes seconds, not {secs:?}")),
-        _ => Err("usage: cargo xtask fuzz [--time SECONDS]".to_owned()),
-    }
-}
-
-/// Runs every fuzz target for `seconds` each: on nightly with AddressSanitizer when a nightly
-/// toolchain exists, otherwise on stable without a sanitizer. Says which ran.
-fn fuzz(seconds: u64) -> Result {
-    let dir = root().join("fuzz");
-    if !succeeds(Command::new(env!("CARGO")).args(["fuzz", "--version"])) {
-        run(Command::new(env!("CARGO")).args([
-            "install",
-            "cargo-fuzz",
-            "--version",
-            "^0.13",
-            "--locked",
-        ]))
-        .map_err(|e| format!("cargo-fuzz is not installed and could not be: {e}"))?;
-    }
-    let nightly = succeeds(Command::new("rustup").args(["run", "nightly", "rustc", "--version"]));
-    let targets = std::fs::read_dir(dir.join("fuzz_targets"))
-        .map_err(|e| format!("fuzz/fuzz_targets: {e}"))?
-        .filter_map(|e| {
-            e.ok()?
-                .path()
-                .file_stem()
-                .map(|s| s.to_string_lossy().into_owned())
-        })
-        .collect::<Vec<_>>();
-    for target in &targets {
-        let corpus = dir.join("corpus").join(target);
-        std::fs::create_dir_all(&corpus).map_err(|e| e.to_string())?;
-        let mut cmd = Command::new("cargo");
-        if nightly {
-            eprintln!("fuzz: {target} on nightly with AddressSanitizer for {seconds} s");
-            cmd.args(["+nightly", "fuzz", "run", target.as_str()]);
-        } else {
-            eprintln!(
-                "fuzz: {target} on stable without a sanitizer (no nightly toolchain) for {seconds} s"
-            );
-            cmd.args(["fuzz", "run", "-s", "none", target.as_str()]);
-        }
-        cmd.arg(&corpus)
-            .arg("--")
-            .arg(format!("-max_total_time={seconds}"))
-            .current_dir(&dir);
-        run(&mut cmd)?;
-    }
-    Ok(())
+/// `cargo xtask soak [--requests N]`: the soak test (`benches/src/bin/soak.rs`), 10 million
+/// requests through one `Router` unless told otherwise.
+fn soak(args: &[String]) -> Result {
+    let requests = match args {
+        [] => "10000000",
+        [flag, n] if flag == "--requests" => n.as_str(),
+        _ => return Err("usage: cargo xtask soak [--requests N]".to_owned()),
+    };
+    cargo(&[
+        "run",
+        "--release",
+        "-p",
+        "libroute-benches",
+        "--bin",
+        "soak",
+        "--",
+        "--requests",
+        requests,
+    ])
 }
 
 /// The engine simulator bridge's workspace (`aisim/`, apart so that aisimulate-core's
@@ -503,7 +483,9 @@ fn ci() -> Result {
                     "clippy",
                     "--manifest-path",
                     &fuzz,
+                    "--lib",
                     "--bins",
+                    "--tests",
                     "--",
                     "-D",
                     "warnings",
@@ -531,6 +513,13 @@ fn ci() -> Result {
         (
             "tests",
             Box::new(|| cargo(&["test", "--workspace", "--all-targets"])),
+        ),
+        (
+            "fuzz regressions (every finding's input, replayed on stable)",
+            Box::new(|| {
+                let fuzz = root().join("fuzz/Cargo.toml").display().to_string();
+                cargo(&["test", "--manifest-path", &fuzz])
+            }),
         ),
         (
             "doc tests",
@@ -592,7 +581,14 @@ fn ci() -> Result {
         ("no_std proofs", Box::new(check)),
         ("MSRV", Box::new(msrv)),
         ("package", Box::new(package)),
-        ("fuzz (short)", Box::new(|| fuzz(20))),
+        (
+            "fuzz (short, from the committed corpora)",
+            Box::new(|| fuzz::short(20)),
+        ),
+        (
+            "soak (short: 500,000 requests)",
+            Box::new(|| soak(&["--requests".to_owned(), "500000".to_owned()])),
+        ),
         (
             "demo",
             Box::new(|| cargo(&["run", "--quiet", "-p", "libroute-benches", "--bin", "demo"])),
