@@ -9,8 +9,9 @@
 //! - `c-tests`, `consumers`, `go`, `python`, `kotlin [--bench]`, `swift`: each language's tests.
 //! - `check`: the no_std proofs (bare-metal link without an allocator, dependency features).
 //! - `package`: `cargo package` every publishable crate and check what each would ship.
-//! - `fuzz [--time SECONDS] [--runs N] [--target NAME]...`: a fuzz campaign over every target (or
-//!   those named), from the committed corpora, recorded in `fuzz/CAMPAIGNS.md`.
+//! - `fuzz [--time SECONDS] [--runs N] [--target NAME]... [--sanitizer address|none]`: a fuzz
+//!   campaign over every target (or those named), from the committed corpora, recorded in
+//!   `fuzz/CAMPAIGNS.md`.
 //! - `soak [--requests N]`: route N requests (10 million by default) through one `Router`.
 //! - `bench`: run the criterion benchmarks.
 //! - `aisim`: the engine simulator bridge's own workspace (`aisim/`): format, clippy, tests.
@@ -39,7 +40,7 @@ pub(crate) type Result<T = ()> = std::result::Result<T, String>;
 
 const USAGE: &str = "usage: cargo xtask <ci | codegen [--check] | scenarios PATH... | check | \
                      dist --prefix DIR | c-tests | consumers | go | python | kotlin [--bench] | swift | \
-                     package | fuzz [--time SECONDS] [--runs N] [--target NAME]... | \
+                     package | fuzz [--time SECONDS] [--runs N] [--target NAME]... [--sanitizer address|none] | \
                      soak [--requests N] | bench | aisim>";
 
 /// The bare-metal target the no_std proof links for.
