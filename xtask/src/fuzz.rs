@@ -299,7 +299,9 @@ README, \"Fuzzing\"), appended by the xtask. A run starts from the committed cor
 scratch corpus, and merges them back minimized with `cargo fuzz cmin`, so the next campaign starts
 where this one stopped. Edges and features are libFuzzer's `cov` and `ft` at the end of the run
 (edges of the instrumented code reached; features also count hit-count buckets and compared
-values). New entries are the inputs the run added to its scratch corpus before minimization.
+values), counted in the build that ran: they compare only between runs with the same sanitizer
+(ASan's instrumentation has edges of its own). New entries are the inputs the run added to its
+scratch corpus before minimization.
 Findings are the artifacts a run wrote; each one becomes a regression test
 (`fuzz/tests/regressions.rs`).
 
