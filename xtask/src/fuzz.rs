@@ -129,20 +129,13 @@ fn fuzz(plan: &Plan, record: bool) -> Result {
         }
         outcomes.push((target.clone(), outcome));
     }
+    // The same rows the record gets, also when nothing is recorded.
+    eprintln!(
+        "fuzz: {}",
+        CAMPAIGNS_COLUMNS.lines().next().unwrap_or_default()
+    );
     for (target, o) in &outcomes {
-        eprintln!(
-            "fuzz: {target}: {} executions in {} s ({} /s), {} edges, {} features, {} new \
-             entries, corpus {} -> {}, findings: {}",
-            o.executions,
-            o.seconds,
-            o.exec_per_sec,
-            o.edges,
-            o.features,
-            o.new_entries,
-            o.corpus_before,
-            o.corpus_after,
-            findings(&o.findings)
-        );
+        eprintln!("fuzz: {}", o.row(&today(), target, sanitizer));
     }
     if record {
         append_campaign(&dir.join("CAMPAIGNS.md"), sanitizer, &outcomes)?;
@@ -305,36 +298,51 @@ scratch corpus before minimization.
 Findings are the artifacts a run wrote; each one becomes a regression test
 (`fuzz/tests/regressions.rs`).
 
-| Date | Target | Sanitizer | Seconds | Executions | Exec/s | Edges | Features | New entries | Corpus (before -> after cmin) | Findings |
+";
+
+/// The record's column heads and alignment.
+const CAMPAIGNS_COLUMNS: &str = "| Date | Target | Sanitizer | Seconds | Executions | Exec/s | Edges | Features | New entries | Corpus (before -> after cmin) | Findings |
 |---|---|---|---:|---:|---:|---:|---:|---:|---|---|
 ";
 
-fn append_campaign(path: &Path, sanitizer: &str, outcomes: &[(String, Outcome)]) -> Result {
-    use std::io::Write as _;
-    let date = Command::new("date")
+impl Outcome {
+    /// This run's row of the record.
+    fn row(&self, date: &str, target: &str, sanitizer: &str) -> String {
+        format!(
+            "| {date} | {target} | {sanitizer} | {} | {} | {} | {} | {} | {} | {} -> {} | {} |",
+            self.seconds,
+            self.executions,
+            self.exec_per_sec,
+            self.edges,
+            self.features,
+            self.new_entries,
+            self.corpus_before,
+            self.corpus_after,
+            findings(&self.findings)
+        )
+    }
+}
+
+/// Today's date (UTC), as `date` prints it.
+fn today() -> String {
+    Command::new("date")
         .args(["-u", "+%Y-%m-%d"])
         .output()
         .ok()
         .and_then(|o| String::from_utf8(o.stdout).ok())
-        .map_or_else(|| "unknown".to_owned(), |d| d.trim().to_owned());
+        .map_or_else(|| "unknown".to_owned(), |d| d.trim().to_owned())
+}
+
+fn append_campaign(path: &Path, sanitizer: &str, outcomes: &[(String, Outcome)]) -> Result {
+    use std::io::Write as _;
+    let date = today();
     let mut text = String::new();
     if !path.exists() {
         text.push_str(CAMPAIGNS_HEADER);
+        text.push_str(CAMPAIGNS_COLUMNS);
     }
     for (target, o) in outcomes {
-        let _ = writeln!(
-            text,
-            "| {date} | {target} | {sanitizer} | {} | {} | {} | {} | {} | {} | {} -> {} | {} |",
-            o.seconds,
-            o.executions,
-            o.exec_per_sec,
-            o.edges,
-            o.features,
-            o.new_entries,
-            o.corpus_before,
-            o.corpus_after,
-            findings(&o.findings)
-        );
+        let _ = writeln!(text, "{}", o.row(&date, target, sanitizer));
     }
     std::fs::OpenOptions::new()
         .create(true)
