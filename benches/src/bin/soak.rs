@@ -137,7 +137,8 @@ fn soak(args: &[String]) -> Result<(), String> {
     // The replica's completions and frees, each queue in due order.
     let mut replica_completions: VecDeque<Due> = VecDeque::with_capacity(64);
     let mut replica_frees: VecDeque<Due> = VecDeque::with_capacity(64);
-    let mut replica_late: Vec<Due> = Vec::with_capacity(64);
+    // Second copies of replica events, delivered at the end of the step (or the next one).
+    let mut replica_late: Vec<LedgerEvent> = Vec::with_capacity(64);
     let mut replica_booked: u64 = 0;
     let mut replica_in_flight: u64 = 0;
     let mut evicted: Vec<u64> = Vec::with_capacity(256);
@@ -288,8 +289,8 @@ fn soak(args: &[String]) -> Result<(), String> {
                     event: LedgerEvent::Freed { id: rid },
                 });
             }
-            for due in replica_late.drain(..) {
-                state.ledger.apply(&due.event);
+            for event in replica_late.drain(..) {
+                state.ledger.apply(&event);
             }
             while replica_completions.front().is_some_and(|d| d.at <= id) {
                 let Some(due) = replica_completions.pop_front() else {
@@ -334,8 +335,8 @@ fn soak(args: &[String]) -> Result<(), String> {
             .map_err(|e| format!("free {old}: {e}"))?;
         freed += 1;
     }
-    for due in replica_late.drain(..) {
-        state.ledger.apply(&due.event);
+    for event in replica_late.drain(..) {
+        state.ledger.apply(&event);
     }
     for due in replica_completions.drain(..).chain(replica_frees.drain(..)) {
         state.ledger.apply(&due.event);
@@ -367,10 +368,15 @@ fn soak(args: &[String]) -> Result<(), String> {
 }
 
 /// Applies a replica event, and one in twenty of them a second time a little later.
-fn deliver(ledger: &mut Books, rng: &mut fastrand::Rng, event: LedgerEvent, later: &mut Vec<Due>) {
+fn deliver(
+    ledger: &mut Books,
+    rng: &mut fastrand::Rng,
+    event: LedgerEvent,
+    later: &mut Vec<LedgerEvent>,
+) {
     ledger.apply(&event);
     if rng.u8(..20) == 0 {
-        later.push(Due { at: 0, event });
+        later.push(event);
     }
 }
 
