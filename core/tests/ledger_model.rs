@@ -179,3 +179,28 @@ fn a_full_request_table_refuses_and_changes_nothing() {
     );
     assert_eq!(l.load(w).unwrap().active_requests, 4);
 }
+
+#[test]
+fn a_booking_relayed_as_its_event_books_the_same_on_another_replica() {
+    let (mut here, mut there) = (ledger(8), ledger(8));
+    let w = WorkerKey::new(2, 0);
+    here.book(9, w, 300, 7).unwrap();
+    let event = here.booking(9).unwrap();
+    assert_eq!(
+        event,
+        LedgerEvent::Booked {
+            id: 9,
+            worker: w,
+            prefill_tokens: 300,
+            blocks: 7
+        }
+    );
+    there.apply(&event);
+    assert_eq!(there.load(w), here.load(w));
+    // Not booked: unknown, a tombstone only, or freed.
+    assert_eq!(here.booking(10), None);
+    here.apply(&LedgerEvent::PrefillComplete { id: 11 });
+    assert_eq!(here.booking(11), None);
+    here.free(9).unwrap();
+    assert_eq!(here.booking(9), None);
+}

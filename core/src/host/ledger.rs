@@ -311,6 +311,20 @@ where
         self.requests.find(id).is_some()
     }
 
+    /// The booking of `id` as the [`LedgerEvent::Booked`] another replica applies to hold the
+    /// same reservation; `None` when `id` is not booked now (unknown, freed, or only a
+    /// tombstone). A host relaying its bookings reads it right after [`Ledger::book`].
+    #[must_use]
+    pub fn booking(&self, id: u64) -> Option<LedgerEvent> {
+        let e = self.requests.value(self.requests.find(id)?);
+        (e.state & BOOKED != 0 && e.state & FREED == 0).then_some(LedgerEvent::Booked {
+            id,
+            worker: e.worker,
+            prefill_tokens: e.prefill_tokens,
+            blocks: e.blocks,
+        })
+    }
+
     /// Writes each row's LOAD inputs from the ledger; rows of unknown workers get no projection.
     pub fn fill_rows(&self, rows: &mut [Row]) {
         for row in rows {

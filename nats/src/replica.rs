@@ -1,0 +1,414 @@
+//! One router replica: a [`HostRouter`] behind a mutex, two stream consumers applying what the
+//! bus carries, and an outbox publishing what this replica books, completes and frees.
+
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
+
+use async_nats::jetstream::{self, consumer};
+use futures_util::StreamExt;
+use libroute_core::{
+    Filters, LedgerError, LedgerEvent, Picker, Policy, PredictionRecord, PredictionSlot, Request,
+    RouteError, Row, Scorers, Selection, Selector,
+};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use crate::outbox::{Outbox, OutboxStats};
+use crate::wire::{self, WireError};
+use crate::{Bus, Error, HostRouter, epoch};
+
+/// How far a replica has read each stream: the last stream sequence number applied.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Positions {
+    /// In the KV stream.
+    pub kv: u64,
+    /// In the ledger stream.
+    pub ledger: u64,
+}
+
+/// What a replica has done, for hosts to export.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct ReplicaStats {
+    /// KV events applied to the index.
+    pub kv_events: u64,
+    /// KV events the index refused (see the index's counters for why).
+    pub kv_refused: u64,
+    /// Other replicas' ledger events applied (duplicates included: the ledger counts those).
+    pub ledger_events: u64,
+    /// This replica's own events read back from the stream and skipped (it applied them when it
+    /// made them).
+    pub own_events_skipped: u64,
+    /// Messages that were not valid batches, skipped; the last one's sequence and error.
+    pub malformed: u64,
+    /// The last malformed message: its stream sequence and what was wrong with it.
+    pub last_malformed: Option<(u64, WireError)>,
+    /// Consumers recreated after the server went away or a consumer failed.
+    pub resubscribes: u64,
+    /// Time from start to having applied both streams up to where they ended at start.
+    pub catch_up: Duration,
+    /// Events (KV and ledger) applied during that catch-up.
+    pub catch_up_events: u64,
+    /// What this replica published.
+    pub published: OutboxStats,
+}
+
+struct Shared<const WORDS: usize> {
+    router: Mutex<HostRouter<WORDS>>,
+    stats: Mutex<ReplicaStats>,
+    positions: watch::Sender<Positions>,
+}
+
+impl<const WORDS: usize> Shared<WORDS> {
+    fn stats(&self) -> MutexGuard<'_, ReplicaStats> {
+        self.stats.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// A router replica in sync with the others over the bus.
+///
+/// Routing, completions and frees are synchronous calls (a mutex and the core's work, no
+/// network); the events they make are published in the background. KV events and the other
+/// replicas' ledger events are applied in the background as they arrive. Dropping the replica
+/// stops its tasks; events not yet acknowledged are lost with it, as a crashed process's would be
+/// ([`Replica::flush`] first to shut down cleanly).
+pub struct Replica<const WORDS: usize> {
+    id: u32,
+    shared: Arc<Shared<WORDS>>,
+    outbox: Arc<Outbox>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl<const WORDS: usize> std::fmt::Debug for Replica<WORDS> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Replica")
+            .field("id", &self.id)
+            .field("positions", &self.positions())
+            .field("stats", &self.stats())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<const WORDS: usize> Replica<WORDS> {
+    /// Starts replica `id` (unique among the replicas; a restarted replica keeps its id) with
+    /// `router` (its workers added; its index and ledger usually empty), and returns once it has
+    /// replayed both streams up to where they ended when it started. Must be called within a
+    /// Tokio runtime.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Stream`] when a stream cannot be read.
+    pub async fn start(bus: &Bus, id: u32, router: HostRouter<WORDS>) -> Result<Self, Error> {
+        let began = Instant::now();
+        let end = bus.last_sequences().await?;
+        let shared = Arc::new(Shared {
+            router: Mutex::new(router),
+            stats: Mutex::new(ReplicaStats::default()),
+            positions: watch::Sender::new(Positions::default()),
+        });
+        let outbox = Outbox::new(Box::new(move |out| wire::start_ledger(out, id)));
+        let mut tasks = vec![
+            tokio::spawn(consume(
+                bus.js.clone(),
+                bus.connected.clone(),
+                bus.kv_stream.clone(),
+                Arc::clone(&shared),
+                Stream::Kv,
+                id,
+                0,
+            )),
+            tokio::spawn(consume(
+                bus.js.clone(),
+                bus.connected.clone(),
+                bus.ledger_stream.clone(),
+                Arc::clone(&shared),
+                Stream::Ledger,
+                id,
+                end.ledger,
+            )),
+        ];
+        tasks.push(tokio::spawn(Arc::clone(&outbox).run(
+            bus.js.clone(),
+            bus.ledger_subject(id),
+            format!("r{id}-{}", epoch()),
+        )));
+        let replica = Self {
+            id,
+            shared,
+            outbox,
+            tasks,
+        };
+        replica.wait_for(end).await;
+        let mut stats = replica.shared.stats();
+        stats.catch_up = began.elapsed();
+        stats.catch_up_events = stats.kv_events + stats.kv_refused + stats.ledger_events;
+        drop(stats);
+        Ok(replica)
+    }
+
+    /// This replica's id.
+    #[must_use]
+    pub fn id(&self) -> u32 {
+        self.id
+    }
+
+    /// The router, locked: read its index and ledger, add or remove workers. Hold it briefly:
+    /// the consumers wait for it.
+    pub fn router(&self) -> MutexGuard<'_, HostRouter<WORDS>> {
+        self.shared
+            .router
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// [`libroute_core::Router::route_at`] (without predictions) on this replica's router, and
+    /// the booking published to the others.
+    ///
+    /// # Errors
+    ///
+    /// As [`libroute_core::Router::route_at`]; nothing is booked or published on error.
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "route_at's arguments: the replica adds none"
+    )]
+    pub fn route<F: Filters, S: Scorers, P: Picker, const N: usize>(
+        &self,
+        policy: &Policy<F, S, P>,
+        selector: &mut Selector<N>,
+        request: &Request<'_>,
+        hashes: &[u64],
+        rows: &mut [Row],
+        id: u64,
+        now_ms: f64,
+    ) -> Result<Selection, RouteError> {
+        let mut router = self.router();
+        let selection = router.route_at::<F, S, P, Vec<PredictionSlot>, Vec<PredictionRecord>, N>(
+            None, policy, selector, request, hashes, rows, id, now_ms,
+        )?;
+        let booked = router.ledger.booking(id);
+        drop(router);
+        if let Some(event) = booked {
+            self.publish(&event);
+        }
+        Ok(selection)
+    }
+
+    /// Marks request `id`'s prefill complete at `now_ms` (as
+    /// [`libroute_core::Ledger::prefill_complete_at`]) and publishes it.
+    ///
+    /// # Errors
+    ///
+    /// As [`libroute_core::Ledger::prefill_complete_at`]; nothing is published on error.
+    pub fn prefill_complete(&self, id: u64, now_ms: f64) -> Result<(), LedgerError> {
+        self.router().ledger.prefill_complete_at(id, now_ms)?;
+        self.publish(&LedgerEvent::PrefillComplete { id });
+        Ok(())
+    }
+
+    /// Frees request `id` (finished) and publishes it.
+    ///
+    /// # Errors
+    ///
+    /// As [`libroute_core::Ledger::free`]; nothing is published on error.
+    pub fn free(&self, id: u64) -> Result<(), LedgerError> {
+        self.router().ledger.free(id)?;
+        self.publish(&LedgerEvent::Freed { id });
+        Ok(())
+    }
+
+    /// Cancels request `id` and publishes it (the others free it).
+    ///
+    /// # Errors
+    ///
+    /// As [`libroute_core::Ledger::cancel`]; nothing is published on error.
+    pub fn cancel(&self, id: u64) -> Result<(), LedgerError> {
+        self.router().ledger.cancel(id)?;
+        self.publish(&LedgerEvent::Freed { id });
+        Ok(())
+    }
+
+    fn publish(&self, event: &LedgerEvent) {
+        self.outbox.push(|out| wire::push_ledger(out, event));
+    }
+
+    /// Waits until every event this replica made so far is acknowledged by the server.
+    pub async fn flush(&self) {
+        self.outbox.flush().await;
+    }
+
+    /// How far this replica has applied each stream.
+    #[must_use]
+    pub fn positions(&self) -> Positions {
+        *self.shared.positions.borrow()
+    }
+
+    /// Waits until this replica has applied both streams up to `target` (from
+    /// [`Bus::last_sequences`]).
+    pub async fn wait_for(&self, target: Positions) {
+        let mut positions = self.shared.positions.subscribe();
+        // The sender lives in `self.shared`, so the channel cannot close while we wait.
+        let _ = positions
+            .wait_for(|p| p.kv >= target.kv && p.ledger >= target.ledger)
+            .await;
+    }
+
+    /// What this replica has done.
+    #[must_use]
+    pub fn stats(&self) -> ReplicaStats {
+        ReplicaStats {
+            published: self.outbox.stats(),
+            ..*self.shared.stats()
+        }
+    }
+}
+
+impl<const WORDS: usize> Drop for Replica<WORDS> {
+    fn drop(&mut self) {
+        for t in &self.tasks {
+            t.abort();
+        }
+    }
+}
+
+#[derive(Clone, Copy)]
+enum Stream {
+    Kv,
+    Ledger,
+}
+
+/// Reads `stream` from the start (then from after the last sequence applied, when the consumer
+/// has to be recreated) and applies each message, for as long as the replica lives.
+#[allow(clippy::too_many_arguments, reason = "a task's whole context")]
+async fn consume<const WORDS: usize>(
+    js: jetstream::Context,
+    mut connected: watch::Receiver<u64>,
+    stream: String,
+    shared: Arc<Shared<WORDS>>,
+    kind: Stream,
+    me: u32,
+    // Ledger messages up to here were published before this replica started: its own among
+    // them are from its previous life and are applied; later ones it made itself are skipped.
+    ledger_start: u64,
+) {
+    let mut last = 0u64;
+    let mut hashes = Vec::new();
+    let mut events = Vec::new();
+    let mut first = true;
+    #[allow(
+        clippy::while_let_loop,
+        reason = "two ways out: a failed read and a reconnection"
+    )]
+    loop {
+        if !first {
+            shared.stats().resubscribes += 1;
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        first = false;
+        let Ok(s) = js.get_stream(&stream).await else {
+            continue;
+        };
+        let config = consumer::pull::OrderedConfig {
+            deliver_policy: if last == 0 {
+                consumer::DeliverPolicy::All
+            } else {
+                consumer::DeliverPolicy::ByStartSequence {
+                    start_sequence: last + 1,
+                }
+            },
+            ..consumer::pull::OrderedConfig::default()
+        };
+        let Ok(c) = s.create_consumer(config).await else {
+            continue;
+        };
+        let Ok(mut messages) = c.messages().await else {
+            continue;
+        };
+        connected.borrow_and_update();
+        loop {
+            let message = tokio::select! {
+                m = messages.next() => m,
+                // Reconnected: the server may have lost this consumer; start over from `last`.
+                _ = connected.changed() => None,
+            };
+            let Some(Ok(message)) = message else { break };
+            let Ok(info) = message.info() else { break };
+            let seq = info.stream_sequence;
+            if seq <= last {
+                continue;
+            }
+            match kind {
+                Stream::Kv => apply_kv(&shared, &message.payload, seq, &mut hashes),
+                Stream::Ledger => {
+                    apply_ledger(
+                        &shared,
+                        &message.payload,
+                        seq,
+                        &mut events,
+                        me,
+                        ledger_start,
+                    );
+                }
+            }
+            last = seq;
+            shared.positions.send_modify(|p| match kind {
+                Stream::Kv => p.kv = seq,
+                Stream::Ledger => p.ledger = seq,
+            });
+        }
+    }
+}
+
+fn apply_kv<const WORDS: usize>(
+    shared: &Shared<WORDS>,
+    payload: &[u8],
+    seq: u64,
+    hashes: &mut Vec<u64>,
+) {
+    let (mut applied, mut refused) = (0u64, 0u64);
+    let decoded = {
+        let mut router = shared.router.lock().unwrap_or_else(PoisonError::into_inner);
+        wire::decode_kv(payload, hashes, |event| {
+            if router.index.apply(event).is_ok() {
+                applied += 1;
+            } else {
+                refused += 1;
+            }
+        })
+    };
+    let mut stats = shared.stats();
+    stats.kv_events += applied;
+    stats.kv_refused += refused;
+    if let Err(e) = decoded {
+        stats.malformed += 1;
+        stats.last_malformed = Some((seq, e));
+    }
+}
+
+fn apply_ledger<const WORDS: usize>(
+    shared: &Shared<WORDS>,
+    payload: &[u8],
+    seq: u64,
+    events: &mut Vec<LedgerEvent>,
+    me: u32,
+    ledger_start: u64,
+) {
+    events.clear();
+    match wire::decode_ledger(payload, events) {
+        Ok(from) if from == me && seq > ledger_start => {
+            shared.stats().own_events_skipped += events.len() as u64;
+        }
+        Ok(_) => {
+            {
+                let mut router = shared.router.lock().unwrap_or_else(PoisonError::into_inner);
+                for e in events.iter() {
+                    router.ledger.apply(e);
+                }
+            }
+            shared.stats().ledger_events += events.len() as u64;
+        }
+        Err(e) => {
+            let mut stats = shared.stats();
+            stats.malformed += 1;
+            stats.last_malformed = Some((seq, e));
+        }
+    }
+}
