@@ -402,64 +402,192 @@ const WINDOW_MS: f64 = 10_000.0;
 /// saturation, shorter than the time a used block stays in an LRU cache.
 pub const PENDING_TTL_MS: u64 = 30_000;
 
-/// Replays `trace` through `fleet` with `policy`.
+/// Where the simulated fleet's routing goes: the decisions, and what the router is told.
+///
+/// [`replay`] routes with one in-process [`Router`]; a host that routes elsewhere (router
+/// replicas over a message bus, another library) implements this to run the same fleet.
+pub trait Placement {
+    /// Routes request `i` (its `hashes` and `request`) at `now_ms`; `rows` holds one row per
+    /// worker, worker `k` in row `k`, reset to [`Row::new`]. Returns the chosen row.
+    ///
+    /// # Errors
+    ///
+    /// A routing failure the simulation cannot continue from.
+    fn route(
+        &mut self,
+        i: usize,
+        request: &Request<'_>,
+        hashes: &[u64],
+        rows: &mut [Row],
+        now_ms: f64,
+    ) -> Result<usize, String>;
+
+    /// Request `i`'s prefill completed at `at_ms`.
+    ///
+    /// # Errors
+    ///
+    /// The router refused it (a bug).
+    fn prefill_complete(&mut self, i: usize, at_ms: f64) -> Result<(), String>;
+
+    /// Request `i` finished.
+    ///
+    /// # Errors
+    ///
+    /// The router refused it (a bug).
+    fn free(&mut self, i: usize) -> Result<(), String>;
+
+    /// A worker's KV event (exact mode only).
+    fn kv(&mut self, event: &KvEvent<'_>);
+}
+
+type LocalRouter =
+    Router<Vec<BlockSlot<1>>, Vec<WorkerSlot>, Vec<RequestSlot>, Vec<LoadSlot>, Vec<u64>, 1>;
+
+/// One in-process [`Router`] with `policy`: the placement [`replay`] uses.
+struct Local<'p> {
+    router: LocalRouter,
+    predictions: Predictions<Vec<PredictionSlot>, Vec<PredictionRecord>>,
+    /// Whether routing records predictions (approximate mode, or a policy declaring PENDING).
+    predicting: bool,
+    selector: Box<Selector<64>>,
+    policy: &'p CatalogPolicy,
+}
+
+impl<'p> Local<'p> {
+    fn new(trace: &Trace, fleet: &Fleet, policy: &'p CatalogPolicy) -> Result<Self, String> {
+        let w = fleet.workers;
+        let reqs = &trace.requests;
+        let index = PrefixIndex::<_, _, 1>::new(
+            vec![
+                BlockSlot::<1>::empty();
+                (w as u64 * fleet.cache_blocks * 4)
+                    .next_power_of_two()
+                    .max(1024) as usize
+            ],
+            vec![WorkerSlot::empty(); 128],
+        )
+        .map_err(|e| e.to_string())?;
+        let ledger = Ledger::new(
+            vec![RequestSlot::empty(); (reqs.len() * 2).next_power_of_two().max(64)],
+            vec![LoadSlot::empty(); 128],
+            vec![0u64; 64],
+        )
+        .map_err(|e| e.to_string())?;
+        let mut router = Router::new(index, ledger, 0.0, 0.0);
+        // One prediction per (block, worker) routed within the TTL: room for as many as the workers'
+        // caches hold, twice over (the map's usable half).
+        let prediction_records = (w as u64 * fleet.cache_blocks * 2).max(1) as usize;
+        // Predictions stand in for KV events in approximate mode; beside them, for a policy that
+        // declares PENDING, they are the blocks of requests routed and not yet computed.
+        let pending = policy
+            .inputs(Request::new(1, trace.block_tokens.max(1)).leg())
+            .contains(WorkerInputs::PENDING);
+        let predictions = Predictions::new(
+            vec![PredictionSlot::empty(); (prediction_records * 2).next_power_of_two().max(64)],
+            vec![PredictionRecord::default(); prediction_records],
+            if fleet.approximate {
+                fleet.prediction_ttl_ms
+            } else {
+                PENDING_TTL_MS
+            },
+        )
+        .map_err(|e| e.to_string())?;
+        let keys: Vec<WorkerKey> = (0..w as u64).map(|i| WorkerKey::new(i, 0)).collect();
+        for &k in &keys {
+            router.ledger.add_worker(k).map_err(|e| e.to_string())?;
+        }
+        Ok(Self {
+            router,
+            predictions,
+            predicting: fleet.approximate || pending,
+            selector: Box::new(Selector::<64>::with_entropy(0x5eed)),
+            policy,
+        })
+    }
+}
+
+impl Placement for Local<'_> {
+    fn route(
+        &mut self,
+        i: usize,
+        request: &Request<'_>,
+        hashes: &[u64],
+        rows: &mut [Row],
+        now_ms: f64,
+    ) -> Result<usize, String> {
+        self.router
+            .route_at(
+                self.predicting.then_some(&mut self.predictions),
+                self.policy,
+                &mut self.selector,
+                request,
+                hashes,
+                rows,
+                i as u64,
+                now_ms,
+            )
+            .map(|s| s.row)
+            .map_err(|e| format!("request {i}: {e}"))
+    }
+
+    fn prefill_complete(&mut self, i: usize, at_ms: f64) -> Result<(), String> {
+        self.router
+            .ledger
+            .prefill_complete_at(i as u64, at_ms)
+            .map_err(|e| e.to_string())
+    }
+
+    fn free(&mut self, i: usize) -> Result<(), String> {
+        self.router.ledger.free(i as u64).map_err(|e| e.to_string())
+    }
+
+    fn kv(&mut self, event: &KvEvent<'_>) {
+        let _ = self.router.index.apply(event);
+    }
+}
+
+/// Replays `trace` through `fleet` with `policy`, routed by one in-process [`Router`].
 ///
 /// # Errors
 ///
 /// A routing failure the simulation cannot continue from (a bug or an impossible policy).
-#[allow(clippy::too_many_lines, reason = "one event loop, kept in one place")]
 pub fn replay(
     name: &str,
     trace: &Trace,
     fleet: &Fleet,
     policy: &CatalogPolicy,
 ) -> Result<Report, String> {
+    check_fleet(fleet)?;
+    let mut local = Local::new(trace, fleet, policy)?;
+    replay_with(name, trace, fleet, &mut local)
+}
+
+fn check_fleet(fleet: &Fleet) -> Result<(), String> {
     let w = fleet.workers;
     if w == 0 || w > 64 {
         return Err(format!("{w} workers: the simulator runs 1 to 64"));
     }
+    Ok(())
+}
+
+/// Replays `trace` through `fleet`, routed by `placement` (worker `k` is `WorkerKey::new(k, 0)`;
+/// its KV events go to the placement in exact mode).
+///
+/// # Errors
+///
+/// A routing failure the simulation cannot continue from (a bug or an impossible policy).
+#[allow(clippy::too_many_lines, reason = "one event loop, kept in one place")]
+pub fn replay_with(
+    name: &str,
+    trace: &Trace,
+    fleet: &Fleet,
+    placement: &mut impl Placement,
+) -> Result<Report, String> {
+    check_fleet(fleet)?;
+    let w = fleet.workers;
     let reqs = &trace.requests;
     let bt = u64::from(trace.block_tokens);
-    let index = PrefixIndex::<_, _, 1>::new(
-        vec![
-            BlockSlot::<1>::empty();
-            (w as u64 * fleet.cache_blocks * 4)
-                .next_power_of_two()
-                .max(1024) as usize
-        ],
-        vec![WorkerSlot::empty(); 128],
-    )
-    .map_err(|e| e.to_string())?;
-    let ledger = Ledger::new(
-        vec![RequestSlot::empty(); (reqs.len() * 2).next_power_of_two().max(64)],
-        vec![LoadSlot::empty(); 128],
-        vec![0u64; 64],
-    )
-    .map_err(|e| e.to_string())?;
-    let mut router = Router::new(index, ledger, 0.0, 0.0);
-    // One prediction per (block, worker) routed within the TTL: room for as many as the workers'
-    // caches hold, twice over (the map's usable half).
-    let prediction_records = (w as u64 * fleet.cache_blocks * 2).max(1) as usize;
-    // Predictions stand in for KV events in approximate mode; beside them, for a policy that
-    // declares PENDING, they are the blocks of requests routed and not yet computed.
-    let pending = policy
-        .inputs(Request::new(1, trace.block_tokens.max(1)).leg())
-        .contains(WorkerInputs::PENDING);
-    let mut predictions = Predictions::new(
-        vec![PredictionSlot::empty(); (prediction_records * 2).next_power_of_two().max(64)],
-        vec![PredictionRecord::default(); prediction_records],
-        if fleet.approximate {
-            fleet.prediction_ttl_ms
-        } else {
-            PENDING_TTL_MS
-        },
-    )
-    .map_err(|e| e.to_string())?;
     let keys: Vec<WorkerKey> = (0..w as u64).map(|i| WorkerKey::new(i, 0)).collect();
-    for &k in &keys {
-        router.ledger.add_worker(k).map_err(|e| e.to_string())?;
-    }
-    let mut selector = Box::new(Selector::<64>::with_entropy(0x5eed));
     let mut rows: Vec<Row> = keys.iter().map(|&k| Row::new(k)).collect();
     let mut workers: Vec<Worker> = (0..w).map(|_| Worker::default()).collect();
     let mut progress = vec![Progress::default(); reqs.len()];
@@ -495,19 +623,7 @@ pub fn replay(
                 if let Some(session) = r.session {
                     request = request.session(session);
                 }
-                let selection = router
-                    .route_at(
-                        (fleet.approximate || pending).then_some(&mut predictions),
-                        policy,
-                        &mut selector,
-                        &request,
-                        &r.blocks,
-                        &mut rows,
-                        i as u64,
-                        now,
-                    )
-                    .map_err(|e| format!("request {i}: {e}"))?;
-                let k = selection.row;
+                let k = placement.route(i, &request, &r.blocks, &mut rows, now)?;
                 workers[k].queue.push_back(i);
                 k
             }
@@ -527,10 +643,7 @@ pub fn replay(
             let p = &mut progress[i];
             if !p.prefill_reported && p.prefill_end <= now {
                 p.prefill_reported = true;
-                router
-                    .ledger
-                    .prefill_complete_at(i as u64, p.prefill_end)
-                    .map_err(|e| e.to_string())?;
+                placement.prefill_complete(i, p.prefill_end)?;
             }
             if p.generated >= reqs[i].output_tokens.max(1) {
                 p.done = true;
@@ -545,7 +658,7 @@ pub fn replay(
                         }
                     }
                 }
-                router.ledger.free(i as u64).map_err(|e| e.to_string())?;
+                placement.free(i)?;
             } else {
                 wk.running.push(i);
             }
@@ -603,13 +716,13 @@ pub fn replay(
                 op_ms = Some(ms);
                 if !fleet.approximate {
                     if !removed.is_empty() {
-                        let _ = router.index.apply(&KvEvent::Removed {
+                        placement.kv(&KvEvent::Removed {
                             worker: keys[k],
                             tier: Tier::Device,
                             hashes: &removed,
                         });
                     }
-                    let _ = router.index.apply(&KvEvent::Stored {
+                    placement.kv(&KvEvent::Stored {
                         worker: keys[k],
                         tier: Tier::Device,
                         hashes: &r.blocks,
