@@ -15,6 +15,11 @@
 //! - `soak [--requests N]`: route N requests (10 million by default) through one `Router`.
 //! - `bench`: run the criterion benchmarks.
 //! - `aisim`: the engine simulator bridge's own workspace (`aisim/`): format, clippy, tests.
+//! - `nats`: the replicas crate's own workspace (`nats/`): installs `nats-server` when missing,
+//!   then format, clippy, its tests against a real server, and the replicas example on 2,000
+//!   requests of the conversation trace.
+//! - `replicas [ARGS]`: the replicas example (`cargo run --release --example replicas` in `nats/`)
+//!   with `nats-server` installed first; ARGS go to the example (`-- --help`).
 
 // Why: a command-line tool reports progress and failures on stderr.
 #![allow(
@@ -41,7 +46,7 @@ pub(crate) type Result<T = ()> = std::result::Result<T, String>;
 const USAGE: &str = "usage: cargo xtask <ci | codegen [--check] | scenarios PATH... | check | \
                      dist --prefix DIR | c-tests | consumers | go | python | kotlin [--bench] | swift | \
                      package | fuzz [--time SECONDS] [--runs N] [--target NAME]... [--sanitizer address|none] | \
-                     soak [--requests N] | bench | aisim>";
+                     soak [--requests N] | bench | aisim | nats | replicas [ARGS]>";
 
 /// The bare-metal target the no_std proof links for.
 const BARE_METAL: &str = "thumbv7em-none-eabihf";
@@ -97,6 +102,8 @@ fn main() -> ExitCode {
         Some("soak") => soak(&args[1..]),
         Some("bench") => cargo(&["bench", "-p", "libroute-benches"]),
         Some("aisim") => aisim(),
+        Some("nats") => nats(),
+        Some("replicas") => replicas(&args[1..]),
         _ => Err(USAGE.to_owned()),
     };
     match result {
@@ -405,6 +412,59 @@ fn aisim() -> Result {
     cargo(&["test", "--release", "--manifest-path", &manifest])
 }
 
+/// The conversation trace beside the repository (`../shared/data`), when it is there.
+fn conversation_trace() -> Option<PathBuf> {
+    let path = root().join("../shared/data/mooncake_conversation_trace.jsonl");
+    path.is_file().then_some(path)
+}
+
+/// The replicas crate's workspace (`nats/`, apart so that the NATS client's dependencies stay
+/// out of the library's): `nats-server` installed when missing (Debian's package), format,
+/// clippy, the tests (each starts its own server on loopback), and the example on 2,000
+/// requests of the conversation trace (the synthetic workload when the trace is absent). In
+/// release mode, so the example reuses the tests' build.
+fn nats() -> Result {
+    native::ensure_tool("nats-server", "nats-server")?;
+    let manifest = root().join("nats/Cargo.toml");
+    let manifest = manifest.display().to_string();
+    cargo(&["fmt", "--manifest-path", &manifest, "--", "--check"])?;
+    cargo(&[
+        "clippy",
+        "--release",
+        "--manifest-path",
+        &manifest,
+        "--all-targets",
+        "--",
+        "-D",
+        "warnings",
+    ])?;
+    cargo(&["test", "--release", "--manifest-path", &manifest])?;
+    let mut args = vec!["--requests".to_owned(), "2000".to_owned()];
+    if let Some(trace) = conversation_trace() {
+        args.insert(0, trace.display().to_string());
+    }
+    replicas(&args)
+}
+
+/// `cargo xtask replicas [ARGS]`: the replicas example, `nats-server` installed first.
+fn replicas(args: &[String]) -> Result {
+    native::ensure_tool("nats-server", "nats-server")?;
+    let manifest = root().join("nats/Cargo.toml");
+    let manifest = manifest.display().to_string();
+    let mut cmd = vec![
+        "run",
+        "--quiet",
+        "--release",
+        "--manifest-path",
+        &manifest,
+        "--example",
+        "replicas",
+        "--",
+    ];
+    cmd.extend(args.iter().map(String::as_str));
+    cargo(&cmd)
+}
+
 /// Runs the ffi crate's Rust-side tests of the extern functions under Miri (nightly).
 fn miri() -> Result {
     if !succeeds(Command::new("rustup").args(["run", "nightly", "rustc", "--version"])) {
@@ -611,6 +671,10 @@ fn ci() -> Result {
         (
             "engine simulator bridge (aisim: format, clippy, tests)",
             Box::new(aisim),
+        ),
+        (
+            "replicas over NATS JetStream (nats: format, clippy, tests, example)",
+            Box::new(nats),
         ),
         (
             "engine replay (cargo replay --engine aisimulate, 300 requests)",
