@@ -39,6 +39,8 @@ router replicas over NATS JetStream and through one router alone, and prints hit
   --policy JSON    the routing policy ({\"type\": \"default\"})
   --block-tokens N tokens per block of the trace (512)
   --workers N      simulated workers (8)
+  --recorded       keep arrivals that share a timestamp simultaneous (by default they are spread
+                   evenly up to the next timestamp: the trace's clock resolution)
   --url URL        use this NATS server instead of starting nats-server";
 
 struct Options {
@@ -50,6 +52,7 @@ struct Options {
     block_tokens: u32,
     fleet: Fleet,
     url: Option<String>,
+    recorded: bool,
 }
 
 fn parse(args: &[String]) -> Result<Options, String> {
@@ -62,6 +65,7 @@ fn parse(args: &[String]) -> Result<Options, String> {
         block_tokens: 512,
         fleet: Fleet::default(),
         url: None,
+        recorded: false,
     };
     let mut i = 0;
     while i < args.len() {
@@ -80,6 +84,7 @@ fn parse(args: &[String]) -> Result<Options, String> {
             "--block-tokens" => o.block_tokens = sim::number(a, &value()?)?,
             "--workers" => o.fleet.workers = sim::number(a, &value()?)?,
             "--url" => o.url = Some(value()?),
+            "--recorded" => o.recorded = true,
             "-h" | "--help" => return Err(HELP.to_owned()),
             _ if !a.starts_with('-') && o.trace.is_none() => o.trace = Some(PathBuf::from(a)),
             _ => return Err(format!("unknown argument {a:?}\n\n{HELP}")),
@@ -351,6 +356,9 @@ async fn run(args: &[String]) -> Result<(), String> {
     if let Some(n) = o.requests {
         trace.requests.truncate(n);
     }
+    if !o.recorded {
+        spread(&mut trace);
+    }
     let policy = sim::policy(&o.policy)?;
     let scratch = std::env::temp_dir().join(format!("libroute-replicas-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&scratch);
@@ -402,11 +410,15 @@ async fn run(args: &[String]) -> Result<(), String> {
         .await
         .map_err(|e| e.to_string())?;
     let s = late.stats();
+    let messages = late.positions();
     println!(
-        "catch-up of a restarted replica: {} events ({} KV, {} ledger) in {:.1} ms: {:.2} M events/s",
+        "catch-up of a restarted replica: {} events ({} KV in {} messages, {} ledger in {} \
+         messages) in {:.1} ms: {:.2} M events/s",
         s.catch_up_events,
         s.kv_events + s.kv_refused,
+        messages.kv,
         s.ledger_events,
+        messages.ledger,
         s.catch_up.as_secs_f64() * 1000.0,
         s.catch_up_events as f64 / s.catch_up.as_secs_f64() / 1e6
     );
@@ -448,4 +460,35 @@ fn compare(alone: &Report, one: &BusRun, many: &BusRun, replicas: u32) -> Vec<St
         );
     }
     problems
+}
+
+/// Spreads requests that share a timestamp evenly over the time until the next timestamp.
+///
+/// A trace records arrivals at its clock's resolution (the Mooncake traces' is 3 s): requests
+/// with one timestamp arrived somewhere in that interval, not at once. Routed at once, they are
+/// a burst no replica can know the others' share of, a worst case that the trace does not say
+/// happened; spread evenly, each arrives where a uniform guess puts it. The last timestamp's
+/// group is spread over the median interval between timestamps.
+fn spread(trace: &mut Trace) {
+    let mut stamps: Vec<f64> = trace.requests.iter().map(|r| r.arrival_ms).collect();
+    stamps.dedup();
+    let mut gaps: Vec<f64> = stamps.windows(2).map(|w| w[1] - w[0]).collect();
+    gaps.sort_by(f64::total_cmp);
+    let median = gaps.get(gaps.len() / 2).copied().unwrap_or(0.0);
+    let mut i = 0;
+    while i < trace.requests.len() {
+        let t = trace.requests[i].arrival_ms;
+        let n = trace.requests[i..]
+            .iter()
+            .take_while(|r| r.arrival_ms == t)
+            .count();
+        let next = trace
+            .requests
+            .get(i + n)
+            .map_or(t + median, |r| r.arrival_ms);
+        for (j, r) in trace.requests[i..i + n].iter_mut().enumerate() {
+            r.arrival_ms = t + (next - t) * j as f64 / n as f64;
+        }
+        i += n;
+    }
 }

@@ -5,7 +5,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use async_nats::jetstream::{self, consumer};
-use futures_util::StreamExt;
+use futures_util::{FutureExt, StreamExt};
 use libroute_core::{
     Filters, LedgerError, LedgerEvent, Picker, Policy, PredictionRecord, PredictionSlot, Request,
     RouteError, Row, Scorers, Selection, Selector,
@@ -306,7 +306,8 @@ async fn consume<const WORDS: usize>(
         let Ok(s) = js.get_stream(&stream).await else {
             continue;
         };
-        let config = consumer::pull::OrderedConfig {
+        let config = consumer::push::OrderedConfig {
+            deliver_subject: js.client().new_inbox(),
             deliver_policy: if last == 0 {
                 consumer::DeliverPolicy::All
             } else {
@@ -314,7 +315,7 @@ async fn consume<const WORDS: usize>(
                     start_sequence: last + 1,
                 }
             },
-            ..consumer::pull::OrderedConfig::default()
+            ..consumer::push::OrderedConfig::default()
         };
         let Ok(c) = s.create_consumer(config).await else {
             continue;
@@ -323,92 +324,139 @@ async fn consume<const WORDS: usize>(
             continue;
         };
         connected.borrow_and_update();
+        let mut batch: Vec<(u64, bytes::Bytes)> = Vec::with_capacity(MAX_DRAIN);
         loop {
             let message = tokio::select! {
                 m = messages.next() => m,
                 // Reconnected: the server may have lost this consumer; start over from `last`.
                 _ = connected.changed() => None,
             };
-            let Some(Ok(message)) = message else { break };
-            let Ok(info) = message.info() else { break };
-            let seq = info.stream_sequence;
-            if seq <= last {
-                continue;
-            }
-            match kind {
-                Stream::Kv => apply_kv(&shared, &message.payload, seq, &mut hashes),
-                Stream::Ledger => {
-                    apply_ledger(
-                        &shared,
-                        &message.payload,
-                        seq,
-                        &mut events,
-                        me,
-                        ledger_start,
-                    );
+            // This message, and every other one already delivered (up to MAX_DRAIN), applied
+            // under one lock with one wake-up of the waiters: catching up costs per event, not
+            // per message.
+            batch.clear();
+            let mut broken = !take(message, &mut batch, &mut last);
+            while !broken && batch.len() < MAX_DRAIN {
+                match messages.next().now_or_never() {
+                    None => break,
+                    Some(m) => broken = !take(m, &mut batch, &mut last),
                 }
             }
-            last = seq;
-            shared.positions.send_modify(|p| match kind {
-                Stream::Kv => p.kv = seq,
-                Stream::Ledger => p.ledger = seq,
-            });
+            if !batch.is_empty() {
+                let mut delta = ReplicaStats::default();
+                {
+                    let mut router = shared.router.lock().unwrap_or_else(PoisonError::into_inner);
+                    for (seq, payload) in &batch {
+                        match kind {
+                            Stream::Kv => {
+                                apply_kv(&mut router, payload, *seq, &mut hashes, &mut delta)
+                            }
+                            Stream::Ledger => apply_ledger(
+                                &mut router,
+                                payload,
+                                *seq,
+                                &mut events,
+                                (me, ledger_start),
+                                &mut delta,
+                            ),
+                        }
+                    }
+                }
+                shared.stats().add(&delta);
+                shared.positions.send_modify(|p| match kind {
+                    Stream::Kv => p.kv = last,
+                    Stream::Ledger => p.ledger = last,
+                });
+            }
+            if broken {
+                break;
+            }
+        }
+    }
+}
+
+/// Most messages applied under one lock: bounds how long routing waits behind a catch-up.
+const MAX_DRAIN: usize = 256;
+
+/// Keeps a delivered message's sequence and payload, skipping one already applied; false when
+/// the consumer failed or ended (it is recreated after `last`).
+fn take(
+    message: Option<Result<jetstream::Message, consumer::push::OrderedError>>,
+    batch: &mut Vec<(u64, bytes::Bytes)>,
+    last: &mut u64,
+) -> bool {
+    let Some(Ok(message)) = message else {
+        return false;
+    };
+    let Ok(info) = message.info() else {
+        return false;
+    };
+    let seq = info.stream_sequence;
+    if seq > *last {
+        *last = seq;
+        batch.push((seq, message.message.payload));
+    }
+    true
+}
+
+impl ReplicaStats {
+    fn add(&mut self, d: &ReplicaStats) {
+        self.kv_events += d.kv_events;
+        self.kv_refused += d.kv_refused;
+        self.ledger_events += d.ledger_events;
+        self.own_events_skipped += d.own_events_skipped;
+        self.malformed += d.malformed;
+        if d.last_malformed.is_some() {
+            self.last_malformed = d.last_malformed;
         }
     }
 }
 
 fn apply_kv<const WORDS: usize>(
-    shared: &Shared<WORDS>,
+    router: &mut HostRouter<WORDS>,
     payload: &[u8],
     seq: u64,
     hashes: &mut Vec<u64>,
+    delta: &mut ReplicaStats,
 ) {
-    let (mut applied, mut refused) = (0u64, 0u64);
-    let decoded = {
-        let mut router = shared.router.lock().unwrap_or_else(PoisonError::into_inner);
-        wire::decode_kv(payload, hashes, |event| {
-            if router.index.apply(event).is_ok() {
-                applied += 1;
-            } else {
-                refused += 1;
-            }
-        })
-    };
-    let mut stats = shared.stats();
-    stats.kv_events += applied;
-    stats.kv_refused += refused;
+    let decoded = wire::decode_kv(payload, hashes, |event| {
+        if router.index.apply(event).is_ok() {
+            delta.kv_events += 1;
+        } else {
+            delta.kv_refused += 1;
+        }
+    });
     if let Err(e) = decoded {
-        stats.malformed += 1;
-        stats.last_malformed = Some((seq, e));
+        delta.malformed += 1;
+        delta.last_malformed = Some((seq, e));
     }
 }
 
+/// `(me, ledger_start)`: ledger messages up to `ledger_start` were published before this
+/// replica started, its own among them from its previous life, and are applied; later ones it
+/// made itself are skipped.
 fn apply_ledger<const WORDS: usize>(
-    shared: &Shared<WORDS>,
+    router: &mut HostRouter<WORDS>,
     payload: &[u8],
     seq: u64,
     events: &mut Vec<LedgerEvent>,
-    me: u32,
-    ledger_start: u64,
+    (me, ledger_start): (u32, u64),
+    delta: &mut ReplicaStats,
 ) {
     events.clear();
     match wire::decode_ledger(payload, events) {
         Ok(from) if from == me && seq > ledger_start => {
-            shared.stats().own_events_skipped += events.len() as u64;
+            delta.own_events_skipped += events.len() as u64;
         }
         Ok(_) => {
-            {
-                let mut router = shared.router.lock().unwrap_or_else(PoisonError::into_inner);
-                for e in events.iter() {
-                    router.ledger.apply(e);
-                }
+            for e in events.iter() {
+                router.ledger.apply(e);
             }
-            shared.stats().ledger_events += events.len() as u64;
+            delta.ledger_events += events.len() as u64;
         }
         Err(e) => {
-            let mut stats = shared.stats();
-            stats.malformed += 1;
-            stats.last_malformed = Some((seq, e));
+            delta.malformed += 1;
+            delta.last_malformed = Some((seq, e));
         }
     }
 }

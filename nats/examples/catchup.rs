@@ -1,0 +1,207 @@
+//! `cargo run --release --example catchup`: how fast a restarted replica rebuilds its index and
+//! ledger from the streams.
+//!
+//! Fills a fresh server's streams with `--requests` requests' worth of events (each request: a
+//! booking, a prefill completion and a free in the ledger stream, and a store of `--blocks` blocks
+//! on its worker in the KV stream, with a removal of an older request's blocks once the workers'
+//! caches are full), `--per-message` events to a message (the batching a busy replica's and a
+//! busy engine's publishers reach), then times a new replica's start: from nothing to having
+//! applied both streams to their ends. Prints events per second, per stream and together.
+#![allow(
+    clippy::print_stdout,
+    clippy::print_stderr,
+    reason = "a command-line example"
+)]
+
+use std::process::ExitCode;
+use std::time::Instant;
+
+use libroute_core::{KvEvent, LedgerEvent, Tier, WorkerKey};
+use libroute_nats::{Bus, BusConfig, LocalServer, Replica, host_router, wire};
+
+const HELP: &str = "\
+cargo run --release --example catchup -- [options]
+
+  --requests N     requests whose events fill the streams (200000)
+  --per-message N  events per message (64)
+  --blocks N       blocks per stored KV event (16)
+  --workers N      workers (32)
+  --runs N         timed catch-ups, each by a new replica (3)";
+
+fn number(flag: &str, v: Option<&String>) -> Result<usize, String> {
+    v.ok_or_else(|| format!("{flag} needs a value"))?
+        .parse()
+        .map_err(|_| format!("{flag}: not a number"))
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() -> ExitCode {
+    match run().await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("catchup: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+#[allow(
+    clippy::too_many_lines,
+    reason = "fill, then time: one straight sequence"
+)]
+async fn run() -> Result<(), String> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let (mut requests, mut per_message, mut blocks, mut workers, mut runs) =
+        (200_000, 64, 16, 32, 3);
+    let mut i = 0;
+    while i < args.len() {
+        let v = args.get(i + 1);
+        match args[i].as_str() {
+            "--requests" => requests = number("--requests", v)?,
+            "--per-message" => per_message = number("--per-message", v)?.max(1),
+            "--blocks" => blocks = number("--blocks", v)?,
+            "--workers" => workers = number("--workers", v)?.clamp(1, 64),
+            "--runs" => runs = number("--runs", v)?.max(1),
+            _ => return Err(HELP.to_owned()),
+        }
+        i += 2;
+    }
+    let scratch = std::env::temp_dir().join(format!("libroute-catchup-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&scratch);
+    std::fs::create_dir_all(&scratch).map_err(|e| e.to_string())?;
+    let server = LocalServer::start(&scratch).map_err(|e| e.to_string())?;
+    let bus = Bus::connect(BusConfig::new(server.url()))
+        .await
+        .map_err(|e| e.to_string())?;
+    let js = bus.jetstream().clone();
+
+    // Fill: requests spread over the workers; each worker's cache holds 64 requests' blocks,
+    // then evicts the oldest.
+    let filled = Instant::now();
+    let (mut ledger, mut kv) = (Vec::new(), Vec::new());
+    let (mut ledger_n, mut kv_n) = (0usize, 0usize);
+    let (mut ledger_events, mut kv_events) = (0u64, 0u64);
+    wire::start_ledger(&mut ledger, 7);
+    wire::start_kv(&mut kv);
+    let mut acks = Vec::new();
+    let mut hashes = vec![0u64; blocks];
+    for r in 0..requests as u64 {
+        let worker = WorkerKey::new(r % workers as u64, 0);
+        for e in [
+            LedgerEvent::Booked {
+                id: r,
+                worker,
+                prefill_tokens: 1000,
+                blocks: blocks as u64,
+            },
+            LedgerEvent::PrefillComplete { id: r },
+            LedgerEvent::Freed { id: r },
+        ] {
+            wire::push_ledger(&mut ledger, &e);
+            ledger_n += 1;
+            if ledger_n == per_message {
+                acks.push(js.publish("libroute.ledger.7", ledger.clone().into()).await);
+                wire::start_ledger(&mut ledger, 7);
+                ledger_events += ledger_n as u64;
+                ledger_n = 0;
+            }
+        }
+        let mut kv_batch = |event: &KvEvent<'_>| {
+            wire::push_kv(&mut kv, event);
+            kv_n += 1;
+            kv_n == per_message
+        };
+        for (k, h) in hashes.iter_mut().enumerate() {
+            *h = r.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ k as u64;
+        }
+        let mut full = kv_batch(&KvEvent::Stored {
+            worker,
+            tier: Tier::Device,
+            hashes: &hashes,
+        });
+        if r >= 64 * workers as u64 {
+            let old = r - 64 * workers as u64;
+            let old_hashes: Vec<u64> = (0..blocks as u64)
+                .map(|k| old.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ k)
+                .collect();
+            full |= kv_batch(&KvEvent::Removed {
+                worker,
+                tier: Tier::Device,
+                hashes: &old_hashes,
+            });
+        }
+        if full || kv_n >= per_message {
+            acks.push(js.publish("libroute.kv.fill", kv.clone().into()).await);
+            wire::start_kv(&mut kv);
+            kv_events += kv_n as u64;
+            kv_n = 0;
+        }
+        // Bound the acknowledgements in flight.
+        if acks.len() >= 4096 {
+            for a in acks.drain(..) {
+                a.map_err(|e| e.to_string())?
+                    .await
+                    .map_err(|e| e.to_string())?;
+            }
+        }
+    }
+    if ledger_n > 0 {
+        acks.push(js.publish("libroute.ledger.7", ledger.into()).await);
+        ledger_events += ledger_n as u64;
+    }
+    if kv_n > 0 {
+        acks.push(js.publish("libroute.kv.fill", kv.into()).await);
+        kv_events += kv_n as u64;
+    }
+    for a in acks {
+        a.map_err(|e| e.to_string())?
+            .await
+            .map_err(|e| e.to_string())?;
+    }
+    let end = bus.last_sequences().await.map_err(|e| e.to_string())?;
+    println!(
+        "streams filled in {:.1} s: {ledger_events} ledger events in {} messages, {kv_events} KV \
+         events ({blocks} blocks each) in {} messages",
+        filled.elapsed().as_secs_f64(),
+        end.ledger,
+        end.kv
+    );
+
+    for run in 0..runs {
+        let mut router = host_router::<1>(workers * 64 * blocks * 2, workers, 1 << 16)
+            .map_err(|e| e.to_string())?;
+        for w in 0..workers as u64 {
+            router
+                .ledger
+                .add_worker(WorkerKey::new(w, 0))
+                .map_err(|e| e.to_string())?;
+        }
+        let replica = Replica::start(&bus, 100 + u32::try_from(run).unwrap_or(0), router)
+            .await
+            .map_err(|e| e.to_string())?;
+        let s = replica.stats();
+        let secs = s.catch_up.as_secs_f64();
+        let counters = replica.router().ledger.counters();
+        if counters.active_requests != 0
+            || s.kv_refused != 0
+            || s.malformed != 0
+            || s.ledger_events != ledger_events
+            || s.kv_events != kv_events
+        {
+            return Err(format!("the replica's state is wrong: {counters:?} {s:?}"));
+        }
+        println!(
+            "catch-up {}: {} events in {:.3} s: {:.2} M events/s ({} ledger, {} KV: {:.1} M blocks/s)",
+            run + 1,
+            s.catch_up_events,
+            secs,
+            s.catch_up_events as f64 / secs / 1e6,
+            s.ledger_events,
+            s.kv_events,
+            (s.kv_events as f64 * blocks as f64) / secs / 1e6
+        );
+    }
+    drop(server);
+    let _ = std::fs::remove_dir_all(&scratch);
+    Ok(())
+}
