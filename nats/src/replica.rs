@@ -349,7 +349,7 @@ async fn consume<const WORDS: usize>(
                     for (seq, payload) in &batch {
                         match kind {
                             Stream::Kv => {
-                                apply_kv(&mut router, payload, *seq, &mut hashes, &mut delta)
+                                apply_kv(&mut router, payload, *seq, &mut hashes, &mut delta);
                             }
                             Stream::Ledger => apply_ledger(
                                 &mut router,
