@@ -461,6 +461,11 @@ fn replicas(args: &[String]) -> Result {
         "replicas",
         "--",
     ];
+    // `cargo xtask replicas -- ARGS` passes the `--` through: the example takes ARGS alone.
+    let args = match args {
+        [first, rest @ ..] if first == "--" => rest,
+        _ => args,
+    };
     cmd.extend(args.iter().map(String::as_str));
     cargo(&cmd)
 }
