@@ -445,4 +445,75 @@ mod tests {
             Err(WireError::BadMagic)
         );
     }
+
+    #[test]
+    fn every_byte_corrupted_is_refused_by_offset_or_decodes_whole() {
+        let w = WorkerKey::new(5, 1);
+        let mut kv = Vec::new();
+        start_kv(&mut kv);
+        push_kv(
+            &mut kv,
+            &KvEvent::Stored {
+                worker: w,
+                tier: Tier::Host,
+                hashes: &[1, 2, 3],
+            },
+        );
+        push_kv(
+            &mut kv,
+            &KvEvent::Removed {
+                worker: w,
+                tier: Tier::Device,
+                hashes: &[4],
+            },
+        );
+        push_kv(&mut kv, &KvEvent::Cleared { worker: w });
+        let mut ledger = Vec::new();
+        start_ledger(&mut ledger, 3);
+        push_ledger(
+            &mut ledger,
+            &LedgerEvent::Booked {
+                id: 1,
+                worker: w,
+                prefill_tokens: 9,
+                blocks: 2,
+            },
+        );
+        push_ledger(&mut ledger, &LedgerEvent::Freed { id: 1 });
+        for value in [0u8, 1, 2, 3, 4, 5, 0x7f, 0x80, 0xff] {
+            for at in 0..kv.len() {
+                let mut bad = kv.clone();
+                bad[at] = value;
+                let mut applied = 0;
+                match decode_kv(&bad, &mut Vec::new(), |_| applied += 1) {
+                    Ok(n) => assert_eq!(applied, n),
+                    Err(WireError::BadMagic) => assert!(at < 4),
+                    Err(
+                        WireError::Truncated { offset }
+                        | WireError::UnknownKind { offset, .. }
+                        | WireError::BadTier { offset, .. },
+                    ) => {
+                        assert!(offset >= 4 && offset <= bad.len(), "{at}: {offset}");
+                        assert_eq!(applied, 0);
+                    }
+                }
+            }
+            for at in 0..ledger.len() {
+                let mut bad = ledger.clone();
+                bad[at] = value;
+                let mut out = Vec::new();
+                match decode_ledger(&bad, &mut out) {
+                    Ok(_) => assert!(!out.is_empty()),
+                    Err(WireError::BadMagic) => assert!(at < 4),
+                    Err(e) => {
+                        assert!(
+                            matches!(e, WireError::Truncated { offset } | WireError::UnknownKind { offset, .. } if offset >= 8 && offset <= bad.len()),
+                            "{at}: {e}"
+                        );
+                        assert!(out.is_empty());
+                    }
+                }
+            }
+        }
+    }
 }
