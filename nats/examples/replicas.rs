@@ -373,8 +373,12 @@ async fn run(args: &[String]) -> Result<(), String> {
         .or_else(|| server.as_ref().map(LocalServer::url))
         .unwrap_or_default();
     let span_s = trace.requests.last().map_or(0.0, |r| r.arrival_ms) / 1000.0;
+    let workload = o.trace.as_ref().map_or_else(
+        || "the built-in synthetic workload".to_owned(),
+        |p| p.display().to_string(),
+    );
     println!(
-        "{} requests over {span_s:.0} s of trace, {} workers, at {}x ({:.1} s per run); NATS at {url}",
+        "{workload}: {} requests over {span_s:.0} s, {} workers, at {}x ({:.1} s per run); NATS at {url}",
         trace.requests.len(),
         o.fleet.workers,
         o.speed,

@@ -61,7 +61,7 @@ use libroute_core::{
 };
 
 pub use outbox::OutboxStats;
-pub use replica::{Positions, Replica, ReplicaStats};
+pub use replica::{Engines, Positions, Replica, ReplicaStats};
 pub use server::LocalServer;
 
 /// A [`Router`] over heap storage, as a std host holds one.
@@ -360,12 +360,23 @@ impl KvPublisher {
         self.outbox.push(|out| wire::push_kv(out, event));
     }
 
+    /// Queues `worker`'s KV-event batch as its engine published it (a vLLM or SGLang
+    /// `KVEventBatch`, msgpack: the payload of a ZMQ message from the engine's PUB socket), in
+    /// order after the events queued so far, as one message. Replicas started with
+    /// [`Replica::start_reading_engines`] apply it with their `KvIngest` (re-hashing the token
+    /// ids into the router's hashes), so a relay forwards bytes and needs no index. A batch that
+    /// names a data-parallel rank applies to that rank of `worker`.
+    pub fn publish_engine_batch(&self, worker: libroute_core::WorkerKey, payload: &[u8]) {
+        self.outbox
+            .push_message(|out| wire::write_engine(out, worker, payload));
+    }
+
     /// Waits until every event queued so far is acknowledged by the server.
     pub async fn flush(&self) {
         self.outbox.flush().await;
     }
 
-    /// What it has published.
+    /// What it has published (an engine batch counts as one event).
     #[must_use]
     pub fn stats(&self) -> OutboxStats {
         self.outbox.stats()

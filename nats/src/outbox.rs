@@ -79,6 +79,25 @@ impl Outbox {
         self.wake.notify_one();
     }
 
+    /// Queues a message of its own (written by `write`, header included), after the events
+    /// queued so far, and wakes the publisher.
+    pub(crate) fn push_message(&self, write: impl FnOnce(&mut Vec<u8>)) {
+        {
+            let mut s = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+            if s.open.1 > 0 {
+                let mut fresh = Vec::new();
+                (s.start)(&mut fresh);
+                let open = std::mem::replace(&mut s.open, (fresh, 0));
+                s.sealed.push_back(open);
+            }
+            let mut message = Vec::new();
+            write(&mut message);
+            s.sealed.push_back((message, 1));
+            s.stats.events += 1;
+        }
+        self.wake.notify_one();
+    }
+
     pub(crate) fn stats(&self) -> OutboxStats {
         self.state
             .lock()

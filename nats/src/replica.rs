@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 use async_nats::jetstream::{self, consumer};
 use futures_util::{FutureExt, StreamExt};
 use libroute_core::{
-    Filters, LedgerError, LedgerEvent, Picker, Policy, PredictionRecord, PredictionSlot, Request,
-    RouteError, Row, Scorers, Selection, Selector,
+    EngineSlot, Filters, KvIngest, LedgerError, LedgerEvent, Picker, Policy, PredictionRecord,
+    PredictionSlot, Request, RouteError, Row, Scorers, Selection, Selector,
 };
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -16,6 +16,10 @@ use tokio::task::JoinHandle;
 use crate::outbox::{Outbox, OutboxStats};
 use crate::wire::{self, WireError};
 use crate::{Bus, Error, HostRouter, epoch};
+
+/// The engine-hash map a replica reading engines' own batches keeps ([`libroute_core::KvIngest`]
+/// over heap storage).
+pub type Engines = KvIngest<Vec<EngineSlot>>;
 
 /// How far a replica has read each stream: the last stream sequence number applied.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord)]
@@ -98,6 +102,32 @@ impl<const WORDS: usize> Replica<WORDS> {
     ///
     /// [`Error::Stream`] when a stream cannot be read.
     pub async fn start(bus: &Bus, id: u32, router: HostRouter<WORDS>) -> Result<Self, Error> {
+        Self::start_with(bus, id, router, None).await
+    }
+
+    /// [`Replica::start`] for a bus that carries engines' own batches
+    /// ([`crate::KvPublisher::publish_engine_batch`]): `ingest` (its block size the engines',
+    /// its map sized for the blocks they hold) turns them into the router's block hashes.
+    /// Every replica reads the same stream in the same order, so their ingests agree.
+    ///
+    /// # Errors
+    ///
+    /// As [`Replica::start`].
+    pub async fn start_reading_engines(
+        bus: &Bus,
+        id: u32,
+        router: HostRouter<WORDS>,
+        ingest: Engines,
+    ) -> Result<Self, Error> {
+        Self::start_with(bus, id, router, Some(ingest)).await
+    }
+
+    async fn start_with(
+        bus: &Bus,
+        id: u32,
+        router: HostRouter<WORDS>,
+        ingest: Option<Engines>,
+    ) -> Result<Self, Error> {
         let began = Instant::now();
         let end = bus.last_sequences().await?;
         let shared = Arc::new(Shared {
@@ -115,6 +145,7 @@ impl<const WORDS: usize> Replica<WORDS> {
                 Stream::Kv,
                 id,
                 0,
+                ingest,
             )),
             tokio::spawn(consume(
                 bus.js.clone(),
@@ -124,6 +155,7 @@ impl<const WORDS: usize> Replica<WORDS> {
                 Stream::Ledger,
                 id,
                 end.ledger,
+                None,
             )),
         ];
         tasks.push(tokio::spawn(Arc::clone(&outbox).run(
@@ -288,6 +320,7 @@ async fn consume<const WORDS: usize>(
     // Ledger messages up to here were published before this replica started: its own among
     // them are from its previous life and are applied; later ones it made itself are skipped.
     ledger_start: u64,
+    mut ingest: Option<Engines>,
 ) {
     let mut last = 0u64;
     let mut hashes = Vec::new();
@@ -349,7 +382,14 @@ async fn consume<const WORDS: usize>(
                     for (seq, payload) in &batch {
                         match kind {
                             Stream::Kv => {
-                                apply_kv(&mut router, payload, *seq, &mut hashes, &mut delta);
+                                apply_kv(
+                                    &mut router,
+                                    ingest.as_mut(),
+                                    payload,
+                                    *seq,
+                                    &mut hashes,
+                                    &mut delta,
+                                );
                             }
                             Stream::Ledger => apply_ledger(
                                 &mut router,
@@ -414,11 +454,29 @@ impl ReplicaStats {
 
 fn apply_kv<const WORDS: usize>(
     router: &mut HostRouter<WORDS>,
+    ingest: Option<&mut Engines>,
     payload: &[u8],
     seq: u64,
     hashes: &mut Vec<u64>,
     delta: &mut ReplicaStats,
 ) {
+    if payload.starts_with(wire::ENGINE_MAGIC) {
+        let applied = match (wire::decode_engine(payload), ingest) {
+            (Err(e), _) => Err(e),
+            (Ok(_), None) => Err(WireError::EngineBatchesNotRead),
+            (Ok((worker, batch)), Some(ingest)) => ingest
+                .apply(&mut router.index, worker, batch)
+                .map_err(WireError::Engine),
+        };
+        match applied {
+            Ok(summary) => delta.kv_events += summary.events as u64,
+            Err(e) => {
+                delta.malformed += 1;
+                delta.last_malformed = Some((seq, e));
+            }
+        }
+        return;
+    }
     let decoded = wire::decode_kv(payload, hashes, |event| {
         if router.index.apply(event).is_ok() {
             delta.kv_events += 1;

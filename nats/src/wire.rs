@@ -6,6 +6,9 @@
 //! KV batch:     "LRK1" event*
 //!   event:      kind:u8 worker_id:u64 dp_rank:u32 [tier:u8 count:u32 hash:u64 * count]
 //!               kind 1 Stored and 2 Removed carry the bracketed part; 3 Cleared, 4 WorkerRemoved not
+//! engine batch: "LRE1" worker_id:u64 dp_rank:u32 payload
+//!               payload: one vLLM or SGLang `KVEventBatch` as the engine published it (msgpack),
+//!               applied by a replica's `KvIngest`
 //! ledger batch: "LRL1" replica:u32 event*
 //!   event:      kind:u8 id:u64 [worker_id:u64 dp_rank:u32 prefill_tokens:u64 blocks:u64]
 //!               kind 1 Booked carries the bracketed part; 2 PrefillComplete, 3 Freed not
@@ -13,10 +16,14 @@
 
 use core::fmt;
 
-use libroute_core::{KvEvent, LedgerEvent, Tier, WorkerKey};
+use libroute_core::{IngestError, KvEvent, LedgerEvent, Tier, WorkerKey};
 
 /// The first four bytes of a KV batch.
 pub const KV_MAGIC: &[u8; 4] = b"LRK1";
+/// The first four bytes of an engine's own KV-event batch, relayed as it came.
+pub const ENGINE_MAGIC: &[u8; 4] = b"LRE1";
+/// Bytes before an engine batch's payload: the magic, the worker id and its rank.
+pub const ENGINE_HEADER: usize = 16;
 /// The first four bytes of a ledger batch.
 pub const LEDGER_MAGIC: &[u8; 4] = b"LRL1";
 
@@ -38,6 +45,12 @@ pub enum WireError {
         /// Its value.
         kind: u8,
     },
+    /// An engine batch's payload was refused by the replica's `KvIngest` (its offset counts
+    /// from the payload's first byte, [`ENGINE_HEADER`] bytes into the message).
+    Engine(IngestError),
+    /// An engine batch reached a replica started without a `KvIngest`
+    /// ([`crate::Replica::start_reading_engines`] reads them).
+    EngineBatchesNotRead,
     /// A tier value that is not 0 (device), 1 (host) or 2 (disk).
     BadTier {
         /// Where the tier byte is.
@@ -52,7 +65,15 @@ impl fmt::Display for WireError {
         match self {
             WireError::BadMagic => write!(
                 f,
-                "not a libroute batch: the first four bytes are not LRK1 or LRL1"
+                "not a libroute batch: the first four bytes are not LRK1, LRE1 or LRL1"
+            ),
+            WireError::Engine(e) => write!(
+                f,
+                "engine batch refused: {e} (offsets from the payload, byte {ENGINE_HEADER} of the message)"
+            ),
+            WireError::EngineBatchesNotRead => write!(
+                f,
+                "an engine batch reached a replica that reads none (start it with start_reading_engines)"
             ),
             WireError::Truncated { offset } => {
                 write!(f, "the message ends inside the field at byte {offset}")
@@ -127,6 +148,25 @@ pub fn push_kv(out: &mut Vec<u8>, event: &KvEvent<'_>) {
 pub fn start_kv(out: &mut Vec<u8>) {
     out.clear();
     out.extend_from_slice(KV_MAGIC);
+}
+
+/// Writes an engine batch: `worker`'s `payload` (a vLLM or SGLang `KVEventBatch`) as it came.
+pub fn write_engine(out: &mut Vec<u8>, worker: WorkerKey, payload: &[u8]) {
+    out.clear();
+    out.extend_from_slice(ENGINE_MAGIC);
+    out.extend_from_slice(&worker.worker_id.to_le_bytes());
+    out.extend_from_slice(&worker.dp_rank.to_le_bytes());
+    out.extend_from_slice(payload);
+}
+
+/// Reads an engine batch's worker and payload (the payload itself is checked when applied).
+pub fn decode_engine(bytes: &[u8]) -> Result<(WorkerKey, &[u8]), WireError> {
+    if bytes.get(..4) != Some(ENGINE_MAGIC) {
+        return Err(WireError::BadMagic);
+    }
+    let mut r = Reader { bytes, at: 4 };
+    let worker = r.worker()?;
+    Ok((worker, &bytes[ENGINE_HEADER..]))
 }
 
 /// Starts a ledger batch from `replica`.
@@ -402,6 +442,24 @@ mod tests {
     }
 
     #[test]
+    fn engine_batches_carry_their_worker_and_payload() {
+        let mut bytes = vec![9, 9];
+        write_engine(&mut bytes, WorkerKey::new(4, 2), &[0x92, 0x01, 0x90]);
+        assert_eq!(bytes.len(), ENGINE_HEADER + 3);
+        assert_eq!(
+            decode_engine(&bytes),
+            Ok((WorkerKey::new(4, 2), &[0x92, 0x01, 0x90][..]))
+        );
+        for cut in 4..ENGINE_HEADER {
+            assert!(matches!(
+                decode_engine(&bytes[..cut]),
+                Err(WireError::Truncated { .. })
+            ));
+        }
+        assert_eq!(decode_engine(b"LRK1"), Err(WireError::BadMagic));
+    }
+
+    #[test]
     fn ledger_batches_round_trip_and_refuse_whole() {
         let events = [
             LedgerEvent::Booked {
@@ -495,6 +553,9 @@ mod tests {
                     ) => {
                         assert!(offset >= 4 && offset <= bad.len(), "{at}: {offset}");
                         assert_eq!(applied, 0);
+                    }
+                    Err(e @ (WireError::Engine(_) | WireError::EngineBatchesNotRead)) => {
+                        panic!("{at}: a KV batch's decoder reports {e}");
                     }
                 }
             }

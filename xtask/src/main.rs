@@ -440,8 +440,12 @@ fn nats() -> Result {
     ])?;
     cargo(&["test", "--release", "--manifest-path", &manifest])?;
     let mut args = vec!["--requests".to_owned(), "2000".to_owned()];
-    if let Some(trace) = conversation_trace() {
-        args.insert(0, trace.display().to_string());
+    match conversation_trace() {
+        Some(trace) => args.insert(0, trace.display().to_string()),
+        None => eprintln!(
+            "the conversation trace is not at ../shared/data beside the repository: the \
+             replicas example runs the built-in synthetic workload"
+        ),
     }
     replicas(&args)
 }
