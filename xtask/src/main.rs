@@ -396,7 +396,13 @@ fn soak(args: &[String]) -> Result {
 /// equality with aisimulate's own composition among them. In release mode: the engine model is
 /// slow unoptimized, and `cargo replay --engine aisimulate` reuses the build.
 fn aisim() -> Result {
-    let manifest = root().join("aisim/Cargo.toml");
+    check_workspace("aisim")
+}
+
+/// Format, clippy with warnings denied, and the tests of a workspace of its own (`dir`), in
+/// release mode.
+fn check_workspace(dir: &str) -> Result {
+    let manifest = root().join(dir).join("Cargo.toml");
     let manifest = manifest.display().to_string();
     cargo(&["fmt", "--manifest-path", &manifest, "--", "--check"])?;
     cargo(&[
@@ -425,20 +431,7 @@ fn conversation_trace() -> Option<PathBuf> {
 /// release mode, so the example reuses the tests' build.
 fn nats() -> Result {
     native::ensure_tool("nats-server", "nats-server")?;
-    let manifest = root().join("nats/Cargo.toml");
-    let manifest = manifest.display().to_string();
-    cargo(&["fmt", "--manifest-path", &manifest, "--", "--check"])?;
-    cargo(&[
-        "clippy",
-        "--release",
-        "--manifest-path",
-        &manifest,
-        "--all-targets",
-        "--",
-        "-D",
-        "warnings",
-    ])?;
-    cargo(&["test", "--release", "--manifest-path", &manifest])?;
+    check_workspace("nats")?;
     let mut args = vec!["--requests".to_owned(), "1000".to_owned()];
     match conversation_trace() {
         Some(trace) => args.insert(0, trace.display().to_string()),
