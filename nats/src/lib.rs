@@ -275,8 +275,9 @@ impl Bus {
             })
     }
 
-    /// The last sequence number of each stream: wait for a replica to reach them
-    /// ([`Replica::wait_for`]) to know it has applied everything published so far.
+    /// The last sequence number of each stream (0 for a stream that holds no message): wait for
+    /// a replica to reach them ([`Replica::wait_for`]) to know it has applied everything
+    /// published so far.
     ///
     /// # Errors
     ///
@@ -295,7 +296,13 @@ impl Bus {
         };
         let mut s = self.js.get_stream(name).await.map_err(|e| err(&e))?;
         let info = s.info().await.map_err(|e| err(&e))?;
-        Ok(info.state.last_sequence)
+        // A stream whose messages have all aged out keeps its last sequence number, but no
+        // consumer will ever deliver it: there is nothing to wait for.
+        Ok(if info.state.messages == 0 {
+            0
+        } else {
+            info.state.last_sequence
+        })
     }
 
     /// A publisher of KV events (an engine relay or a simulated fleet); `name` tells publishers

@@ -279,3 +279,46 @@ async fn duplicated_reordered_and_malformed_deliveries_change_nothing() {
         "{counters:?}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_starts_on_streams_whose_events_have_all_aged_out() {
+    let scratch = Scratch::new("aged");
+    let server = server(&scratch);
+    let mut config = libroute_nats::BusConfig::new(server.url());
+    config.prefix = "aged".to_owned();
+    config.kv_max_age = Duration::from_secs(1);
+    config.ledger_max_age = Duration::from_secs(1);
+    let bus = libroute_nats::Bus::connect(config).await.unwrap();
+    let kv = bus.kv_publisher("fleet");
+    let trace = workload(20);
+    let a = Replica::start(&bus, 0, router()).await.unwrap();
+    let mut driver = Driver::new();
+    for i in 0..20 {
+        driver.route(&a, &kv, &trace, i);
+    }
+    settle(&bus, &[&a], &kv).await;
+    // Both streams keep their last sequence number once every message has expired.
+    let deadline = std::time::Instant::now() + Duration::from_secs(15);
+    for name in ["AGED_KV", "AGED_LEDGER"] {
+        loop {
+            let mut stream = bus.jetstream().get_stream(name).await.unwrap();
+            let state = stream.info().await.unwrap().state.clone();
+            if state.messages == 0 {
+                assert!(state.last_sequence > 0);
+                break;
+            }
+            assert!(std::time::Instant::now() < deadline, "{name}: {state:?}");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+    // A replica starting now has nothing to wait for.
+    let late = tokio::time::timeout(Duration::from_secs(10), Replica::start(&bus, 1, router()))
+        .await
+        .expect("a replica on emptied streams starts at once")
+        .unwrap();
+    assert_eq!(late.stats().catch_up_events, 0);
+    assert_eq!(
+        bus.last_sequences().await.unwrap(),
+        libroute_nats::Positions::default()
+    );
+}
