@@ -9,7 +9,6 @@
 //! the test says so and passes; `cargo xtask python` runs it with that environment, so CI does.
 
 use std::io::{BufRead, BufReader, Write};
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::mpsc;
@@ -35,14 +34,6 @@ fn python() -> Option<PathBuf> {
             .status()
             .is_ok_and(|s| s.success())
     })
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 type Index = PrefixIndex<Vec<BlockSlot<1>>, Vec<WorkerSlot>, 1>;
@@ -72,23 +63,28 @@ fn every_batch_once_in_order_with_gaps_filled_from_the_replay_socket() {
     for (form, seed) in [("array", 3), ("map", 4)] {
         let batches = 400u64;
         let count = usize::try_from(batches).unwrap();
-        let pub_endpoint = format!("tcp://127.0.0.1:{}", free_port());
-        let replay_endpoint = format!("tcp://127.0.0.1:{}", free_port());
+        // The publisher binds ports the system picks and reports them: a port found free here
+        // could be taken by the time it binds.
         let mut child = Command::new(&python)
             .arg(root().join("bindings/python/tests/kv_publisher.py"))
             .args([
                 form,
                 &seed.to_string(),
                 &batches.to_string(),
-                &pub_endpoint,
-                &replay_endpoint,
+                "tcp://127.0.0.1:*",
+                "tcp://127.0.0.1:*",
             ])
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .spawn()
             .expect("the publisher starts");
         let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-        assert_eq!(lines.next().unwrap().unwrap(), "ready");
+        let ready = lines.next().unwrap().unwrap();
+        let [word, pub_endpoint, replay_endpoint] = ready.split(' ').collect::<Vec<_>>()[..] else {
+            panic!("the publisher said {ready:?}");
+        };
+        assert_eq!(word, "ready");
+        let (pub_endpoint, replay_endpoint) = (pub_endpoint.to_owned(), replay_endpoint.to_owned());
         let (tx, rx) = mpsc::channel();
         std::thread::spawn(move || {
             for line in lines.map_while(Result::ok) {

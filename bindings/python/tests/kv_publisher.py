@@ -186,7 +186,10 @@ def main() -> None:
     pub.bind(pub_endpoint)
     replay = ctx.socket(zmq.ROUTER)
     replay.bind(replay_endpoint)
-    print("ready", flush=True)
+    # An endpoint's port may be `*`: the system picks a free one as it binds (a port chosen free
+    # by the caller beforehand can be taken before this binds it). Report what was bound.
+    bound = [s.getsockopt(zmq.LAST_ENDPOINT).decode() for s in (pub, replay)]
+    print("ready", *bound, flush=True)
     sys.stdin.readline()
     buffer: list[tuple[int, bytes]] = []
     topic = b"kv@engine"

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import pathlib
 import queue
-import socket
 import subprocess
 import sys
 import threading
@@ -27,25 +26,18 @@ BLOCK = kv_publisher.BLOCK
 TIER = {"GPU": 0, "CPU": 1}
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 class Publisher:
-    """`kv_publisher.py` in its own process, bound to two loopback ports."""
+    """`kv_publisher.py` in its own process, bound to two loopback ports it picks and reports."""
 
     def __init__(self, form: str, seed: int, batches: int):
-        self.pub = f"tcp://127.0.0.1:{free_port()}"
-        self.replay = f"tcp://127.0.0.1:{free_port()}"
         self.proc = subprocess.Popen(
-            [sys.executable, str(pathlib.Path(kv_publisher.__file__)), form, str(seed), str(batches), self.pub, self.replay],
+            [sys.executable, str(pathlib.Path(kv_publisher.__file__)), form, str(seed), str(batches), "tcp://127.0.0.1:*", "tcp://127.0.0.1:*"],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
         )
-        assert self.proc.stdout.readline().strip() == "ready"
+        ready, self.pub, self.replay = self.proc.stdout.readline().split()
+        assert ready == "ready"
         self.lines: queue.Queue[str] = queue.Queue()
         threading.Thread(target=lambda: [self.lines.put(l) for l in self.proc.stdout], daemon=True).start()
 
