@@ -74,6 +74,7 @@ async fn run() -> Result<(), String> {
         .await
         .map_err(|e| e.to_string())?;
     let js = bus.jetstream().clone();
+    let (ledger_subject, kv_subject) = (bus.ledger_subject(7), bus.kv_subject("fill"));
 
     // Fill: requests spread over the workers; each worker's cache holds 64 requests' blocks,
     // then evicts the oldest.
@@ -100,7 +101,10 @@ async fn run() -> Result<(), String> {
             wire::push_ledger(&mut ledger, &e);
             ledger_n += 1;
             if ledger_n == per_message {
-                acks.push(js.publish("libroute.ledger.7", ledger.clone().into()).await);
+                acks.push(
+                    js.publish(ledger_subject.clone(), ledger.clone().into())
+                        .await,
+                );
                 wire::start_ledger(&mut ledger, 7);
                 ledger_events += ledger_n as u64;
                 ledger_n = 0;
@@ -131,7 +135,7 @@ async fn run() -> Result<(), String> {
             });
         }
         if full || kv_n >= per_message {
-            acks.push(js.publish("libroute.kv.fill", kv.clone().into()).await);
+            acks.push(js.publish(kv_subject.clone(), kv.clone().into()).await);
             wire::start_kv(&mut kv);
             kv_events += kv_n as u64;
             kv_n = 0;
@@ -146,11 +150,11 @@ async fn run() -> Result<(), String> {
         }
     }
     if ledger_n > 0 {
-        acks.push(js.publish("libroute.ledger.7", ledger.into()).await);
+        acks.push(js.publish(ledger_subject.clone(), ledger.into()).await);
         ledger_events += ledger_n as u64;
     }
     if kv_n > 0 {
-        acks.push(js.publish("libroute.kv.fill", kv.into()).await);
+        acks.push(js.publish(kv_subject.clone(), kv.into()).await);
         kv_events += kv_n as u64;
     }
     for a in acks {

@@ -313,7 +313,7 @@ impl Bus {
         let outbox = outbox::Outbox::new(Box::new(wire::start_kv));
         let task = tokio::spawn(outbox.clone().run(
             self.js.clone(),
-            format!("{}.kv.{name}", self.prefix),
+            self.kv_subject(name),
             format!("kv-{name}-{}", epoch()),
         ));
         KvPublisher { outbox, task }
@@ -332,7 +332,7 @@ impl Bus {
         format!("{}.ledger.{replica}", self.prefix)
     }
 
-    /// The subject prefix the KV stream holds (`<prefix>.kv`).
+    /// The subject publisher `name`'s KV batches go to (`<prefix>.kv.<name>`).
     #[must_use]
     pub fn kv_subject(&self, name: &str) -> String {
         format!("{}.kv.{name}", self.prefix)

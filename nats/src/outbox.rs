@@ -39,6 +39,15 @@ struct State {
     start: Start,
 }
 
+impl State {
+    /// Takes the open batch (and its event count) and opens a fresh one.
+    fn seal(&mut self) -> (Vec<u8>, u64) {
+        let mut fresh = Vec::new();
+        (self.start)(&mut fresh);
+        std::mem::replace(&mut self.open, (fresh, 0))
+    }
+}
+
 pub(crate) struct Outbox {
     state: Mutex<State>,
     wake: Notify,
@@ -70,9 +79,7 @@ impl Outbox {
             s.open.1 += 1;
             s.stats.events += 1;
             if s.open.0.len() >= MAX_BATCH_BYTES {
-                let mut fresh = Vec::new();
-                (s.start)(&mut fresh);
-                let full = std::mem::replace(&mut s.open, (fresh, 0));
+                let full = s.seal();
                 s.sealed.push_back(full);
             }
         }
@@ -85,9 +92,7 @@ impl Outbox {
         {
             let mut s = self.state.lock().unwrap_or_else(PoisonError::into_inner);
             if s.open.1 > 0 {
-                let mut fresh = Vec::new();
-                (s.start)(&mut fresh);
-                let open = std::mem::replace(&mut s.open, (fresh, 0));
+                let open = s.seal();
                 s.sealed.push_back(open);
             }
             let mut message = Vec::new();
@@ -121,9 +126,7 @@ impl Outbox {
         if s.open.1 == 0 {
             return None;
         }
-        let mut fresh = Vec::new();
-        (s.start)(&mut fresh);
-        Some(std::mem::replace(&mut s.open, (fresh, 0)))
+        Some(s.seal())
     }
 
     /// The publishing task: runs until aborted. `origin` makes message ids unique across
