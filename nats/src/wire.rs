@@ -253,15 +253,17 @@ pub fn decode_kv(
     scratch: &mut Vec<u64>,
     mut apply: impl FnMut(&KvEvent<'_>),
 ) -> Result<usize, WireError> {
-    let events = walk_kv(bytes, scratch, |_| {})?;
-    walk_kv(bytes, scratch, &mut apply)?;
+    let events = walk_kv(bytes, scratch, None::<fn(&KvEvent<'_>)>)?;
+    walk_kv(bytes, scratch, Some(&mut apply))?;
     Ok(events)
 }
 
-fn walk_kv(
+/// Reads a KV batch through, naming the first thing wrong; with `apply`, also decodes each
+/// event's hashes into `scratch` and hands the event over (the checking pass does neither).
+fn walk_kv<F: FnMut(&KvEvent<'_>)>(
     bytes: &[u8],
     scratch: &mut Vec<u64>,
-    mut apply: impl FnMut(&KvEvent<'_>),
+    mut apply: Option<F>,
 ) -> Result<usize, WireError> {
     if bytes.get(..4) != Some(KV_MAGIC) {
         return Err(WireError::BadMagic);
@@ -292,28 +294,38 @@ fn walk_kv(
                             .ok_or(WireError::Truncated { offset: count_at })?,
                     )
                     .map_err(|_| WireError::Truncated { offset: count_at })?;
-                scratch.clear();
-                scratch.extend(
-                    body.chunks_exact(8)
-                        .map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes"))),
-                );
-                let hashes = scratch.as_slice();
-                apply(&if kind == STORED {
-                    KvEvent::Stored {
-                        worker,
-                        tier,
-                        hashes,
-                    }
-                } else {
-                    KvEvent::Removed {
-                        worker,
-                        tier,
-                        hashes,
-                    }
-                });
+                if let Some(apply) = apply.as_mut() {
+                    scratch.clear();
+                    scratch.extend(
+                        body.chunks_exact(8)
+                            .map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes"))),
+                    );
+                    let hashes = scratch.as_slice();
+                    apply(&if kind == STORED {
+                        KvEvent::Stored {
+                            worker,
+                            tier,
+                            hashes,
+                        }
+                    } else {
+                        KvEvent::Removed {
+                            worker,
+                            tier,
+                            hashes,
+                        }
+                    });
+                }
             }
-            CLEARED => apply(&KvEvent::Cleared { worker }),
-            _ => apply(&KvEvent::WorkerRemoved { worker }),
+            CLEARED => {
+                if let Some(apply) = apply.as_mut() {
+                    apply(&KvEvent::Cleared { worker });
+                }
+            }
+            _ => {
+                if let Some(apply) = apply.as_mut() {
+                    apply(&KvEvent::WorkerRemoved { worker });
+                }
+            }
         }
         events += 1;
     }
