@@ -142,20 +142,17 @@ impl<const WORDS: usize> Replica<WORDS> {
                 bus.connected.clone(),
                 bus.kv_stream.clone(),
                 Arc::clone(&shared),
-                Stream::Kv,
-                id,
-                0,
-                ingest,
+                Stream::Kv { ingest },
             )),
             tokio::spawn(consume(
                 bus.js.clone(),
                 bus.connected.clone(),
                 bus.ledger_stream.clone(),
                 Arc::clone(&shared),
-                Stream::Ledger,
-                id,
-                end.ledger,
-                None,
+                Stream::Ledger {
+                    me: id,
+                    start: end.ledger,
+                },
             )),
         ];
         tasks.push(tokio::spawn(Arc::clone(&outbox).run(
@@ -314,26 +311,24 @@ impl<const WORDS: usize> Drop for Replica<WORDS> {
     }
 }
 
-#[derive(Clone, Copy)]
+/// Which stream a consumer reads, with what reading it needs.
 enum Stream {
-    Kv,
-    Ledger,
+    /// KV events, and engines' batches when the replica reads them.
+    Kv { ingest: Option<Engines> },
+    /// Ledger events. Messages up to `start` were published before replica `me` started: its
+    /// own among them are from its previous life and are applied; later ones it made itself are
+    /// skipped.
+    Ledger { me: u32, start: u64 },
 }
 
 /// Reads `stream` from the start (then from after the last sequence applied, when the consumer
 /// has to be recreated) and applies each message, for as long as the replica lives.
-#[allow(clippy::too_many_arguments, reason = "a task's whole context")]
 async fn consume<const WORDS: usize>(
     js: jetstream::Context,
     mut connected: watch::Receiver<u64>,
     stream: String,
     shared: Arc<Shared<WORDS>>,
-    kind: Stream,
-    me: u32,
-    // Ledger messages up to here were published before this replica started: its own among
-    // them are from its previous life and are applied; later ones it made itself are skipped.
-    ledger_start: u64,
-    mut ingest: Option<Engines>,
+    mut kind: Stream,
 ) {
     let mut last = 0u64;
     let mut hashes = Vec::new();
@@ -393,8 +388,8 @@ async fn consume<const WORDS: usize>(
                 {
                     let mut router = shared.router.lock().unwrap_or_else(PoisonError::into_inner);
                     for (seq, payload) in &batch {
-                        match kind {
-                            Stream::Kv => {
+                        match &mut kind {
+                            Stream::Kv { ingest } => {
                                 apply_kv(
                                     &mut router,
                                     ingest.as_mut(),
@@ -404,12 +399,12 @@ async fn consume<const WORDS: usize>(
                                     &mut delta,
                                 );
                             }
-                            Stream::Ledger => apply_ledger(
+                            Stream::Ledger { me, start } => apply_ledger(
                                 &mut router,
                                 payload,
                                 *seq,
                                 &mut events,
-                                (me, ledger_start),
+                                (*me, *start),
                                 &mut delta,
                             ),
                         }
@@ -417,8 +412,8 @@ async fn consume<const WORDS: usize>(
                 }
                 shared.stats().add(&delta);
                 shared.positions.send_modify(|p| match kind {
-                    Stream::Kv => p.kv = last,
-                    Stream::Ledger => p.ledger = last,
+                    Stream::Kv { .. } => p.kv = last,
+                    Stream::Ledger { .. } => p.ledger = last,
                 });
             }
             if broken {
@@ -453,6 +448,12 @@ fn take(
 }
 
 impl ReplicaStats {
+    /// Counts message `seq` as malformed, for `e`.
+    fn malformed(&mut self, seq: u64, e: WireError) {
+        self.malformed += 1;
+        self.last_malformed = Some((seq, e));
+    }
+
     fn add(&mut self, d: &ReplicaStats) {
         self.kv_events += d.kv_events;
         self.kv_refused += d.kv_refused;
@@ -483,10 +484,7 @@ fn apply_kv<const WORDS: usize>(
         };
         match applied {
             Ok(summary) => delta.kv_events += summary.events as u64,
-            Err(e) => {
-                delta.malformed += 1;
-                delta.last_malformed = Some((seq, e));
-            }
+            Err(e) => delta.malformed(seq, e),
         }
         return;
     }
@@ -498,8 +496,7 @@ fn apply_kv<const WORDS: usize>(
         }
     });
     if let Err(e) = decoded {
-        delta.malformed += 1;
-        delta.last_malformed = Some((seq, e));
+        delta.malformed(seq, e);
     }
 }
 
@@ -525,9 +522,6 @@ fn apply_ledger<const WORDS: usize>(
             }
             delta.ledger_events += events.len() as u64;
         }
-        Err(e) => {
-            delta.malformed += 1;
-            delta.last_malformed = Some((seq, e));
-        }
+        Err(e) => delta.malformed(seq, e),
     }
 }
