@@ -5,8 +5,8 @@ use std::hint::black_box;
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use libroute_core::{
-    BlockSlot, DefaultKnobs, KvEvent, Ledger, LoadSlot, Overlaps, PrefixIndex, Request,
-    RequestSlot, Router, Row, Selector, Tier, WorkerKey, WorkerSlot,
+    BlockSlot, DefaultKnobs, Fleet, KvEvent, Ledger, LoadSlot, Overlaps, Place, PrefixIndex,
+    Request, RequestSlot, Router, Row, Selector, TaintSet, Tier, WorkerKey, WorkerSlot,
 };
 
 /// A 256-block prompt; worker `w` of 64 holds its first `4w` blocks, tiers rotating by position.
@@ -166,6 +166,34 @@ macro_rules! route_bench {
                         &request,
                         black_box(prompt),
                         &mut rows,
+                        id,
+                    )
+                    .unwrap();
+                router.ledger.free(id).unwrap();
+                s.row
+            });
+        });
+        // The same routes over a fleet the router keeps (`Router::route_fleet`): its workers
+        // found where they were last time instead of by hashing.
+        let mut fleet = Fleet::new(
+            vec![Row::default(); rows.len()],
+            vec![Place::empty(); rows.len()],
+        )
+        .unwrap();
+        for w in 0..workers {
+            fleet.add(WorkerKey::new(w, 0), TaintSet::EMPTY).unwrap();
+        }
+        $group.bench_function(BenchmarkId::new("fleet/query+select+book", workers), |b| {
+            b.iter(|| {
+                id += 1;
+                let prompt = &prompts[usize::try_from(id % 64).unwrap()];
+                let s = router
+                    .route_fleet(
+                        &mut fleet,
+                        &policy,
+                        &mut selector,
+                        &request,
+                        black_box(prompt),
                         id,
                     )
                     .unwrap();

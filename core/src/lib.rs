@@ -108,10 +108,11 @@ pub use host::{
     WireEvent, WireProblem,
 };
 pub use host::{
-    BlockEntry, BlockHasher, BlockSlot, HashError, IndexCounters, IndexError, KvEvent, Ledger,
-    LedgerCounters, LedgerError, LedgerEvent, LoadSlot, Overlaps, PredictionKey, PredictionRecord,
-    PredictionSlot, Predictions, PrefixIndex, RequestEntry, RequestSlot, RouteError, Router, Slot,
-    StorageError, TableKey, Tier, WorkerLoad, WorkerSlot, WorkerState,
+    BlockEntry, BlockHasher, BlockSlot, Fleet, FleetError, HashError, IndexCounters, IndexError,
+    KvEvent, Ledger, LedgerCounters, LedgerError, LedgerEvent, LoadSlot, Overlaps, Place,
+    PredictionKey, PredictionRecord, PredictionSlot, Predictions, PrefixIndex, RequestEntry,
+    RequestSlot, RouteError, Router, Slot, StorageError, TableKey, Tier, WorkerLoad, WorkerSlot,
+    WorkerState,
 };
 pub use policies::{
     ConfigError, DefaultCost, DefaultKnobs, DefaultPicker, DefaultPolicy, DefaultPolicyConfig,

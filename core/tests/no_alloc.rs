@@ -146,22 +146,24 @@ fn index_ledger_and_router_do_not_allocate_after_construction() {
     let policy = DefaultKnobs::default().build().unwrap();
     let mut selector = Box::new(Selector::<64>::new());
     let mut rows: Vec<Row> = workers.iter().map(|&w| Row::new(w)).collect();
+    let mut fleet = Fleet::new(vec![Row::default(); 64], vec![Place::empty(); 64]).unwrap();
+    for &w in &workers {
+        fleet.add(w, TaintSet::EMPTY).unwrap();
+    }
     let prompts: Vec<Vec<u64>> = (0..32u64)
         .map(|p| (0..64).map(|b| p * 1000 + b).collect())
         .collect();
     let iterations = if cfg!(miri) { 10 } else { 10_000u64 };
+    // Odd requests route over the host's rows, even ones over the fleet the router keeps.
     let mut run = |router: &mut Router<_, _, _, _, _, 1>, i: u64| {
         let prompt = &prompts[usize::try_from(i % 32).unwrap()];
-        let s = router
-            .route(
-                &policy,
-                &mut selector,
-                &Request::new(1024, 16),
-                prompt,
-                &mut rows,
-                i,
-            )
-            .unwrap();
+        let request = Request::new(1024, 16);
+        let s = if i % 2 == 1 {
+            router.route(&policy, &mut selector, &request, prompt, &mut rows, i)
+        } else {
+            router.route_fleet(&mut fleet, &policy, &mut selector, &request, prompt, i)
+        }
+        .unwrap();
         router
             .index
             .apply(&KvEvent::Stored {

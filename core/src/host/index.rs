@@ -724,25 +724,70 @@ where
         disk_weight: f64,
         block_size: u32,
     ) {
-        if let Some([device, host, disk]) = self.overlap(overlaps, row.worker) {
-            *row = row.with_cache(Cache::from_tiers(
-                device,
-                host,
-                disk,
-                host_weight,
-                disk_weight,
-                block_size,
-            ));
-        } else {
-            row.flags = RowFlags(row.flags.0 & !RowFlags::HAS_CACHE.0);
-            *row = Row {
-                device_blocks: 0,
-                host_blocks: 0,
-                disk_blocks: 0,
-                effective_blocks: 0.0,
-                effective_tokens: 0,
-                ..*row
-            };
-        }
+        let bit = self.bit_of(row.worker);
+        write_cache(overlaps, bit, row, host_weight, disk_weight, block_size);
     }
+
+    /// [`PrefixIndex::fill_row`] with the worker's slot in the index's worker table tried first
+    /// at `*hint`, which is updated (see `Table::find_hinted`).
+    #[inline]
+    pub(crate) fn fill_row_hinted(
+        &self,
+        overlaps: &Overlaps<WORDS>,
+        row: &mut Row,
+        hint: &mut u32,
+        host_weight: f64,
+        disk_weight: f64,
+        block_size: u32,
+    ) {
+        let bit = self
+            .workers
+            .find_hinted(row.worker, hint)
+            .map(|i| *self.workers.value(i));
+        write_cache(overlaps, bit, row, host_weight, disk_weight, block_size);
+    }
+}
+
+/// Writes `row`'s CACHE inputs from the overlap counts of worker bit `bit`; no cache entry when
+/// the index does not know the worker (`None`).
+#[inline]
+fn write_cache<const WORDS: usize>(
+    overlaps: &Overlaps<WORDS>,
+    bit: Option<u32>,
+    row: &mut Row,
+    host_weight: f64,
+    disk_weight: f64,
+    block_size: u32,
+) {
+    if let Some(bit) = bit {
+        let [device, host, disk] = [
+            overlaps.count(0, bit),
+            overlaps.count(1, bit),
+            overlaps.count(2, bit),
+        ];
+        *row = row.with_cache(Cache::from_tiers(
+            device,
+            host,
+            disk,
+            host_weight,
+            disk_weight,
+            block_size,
+        ));
+    } else {
+        clear_cache(row);
+    }
+}
+
+/// Removes `row`'s CACHE inputs: no flag, and zeros.
+#[inline]
+pub(crate) fn clear_cache(row: &mut Row) {
+    *row = Row {
+        flags: RowFlags(row.flags.0 & !RowFlags::HAS_CACHE.0),
+        device_blocks: 0,
+        host_blocks: 0,
+        disk_blocks: 0,
+        effective_blocks: 0.0,
+        effective_tokens: 0,
+        ..*row
+    };
 }

@@ -335,7 +335,36 @@ where
     /// [`Ledger::fill_rows`] for one row.
     #[inline]
     pub(crate) fn fill_row(&self, row: &mut Row) {
-        match self.load(row.worker) {
+        self.write_load(self.workers.find(row.worker), row);
+    }
+
+    /// [`Ledger::fill_row`] with the worker's slot tried first at `*hint`, which is updated (see
+    /// `Table::find_hinted`); returns the slot, for [`Ledger::fill_speed_at`].
+    #[inline]
+    pub(crate) fn fill_row_hinted(&self, row: &mut Row, hint: &mut u32) -> Option<usize> {
+        let slot = self.workers.find_hinted(row.worker, hint);
+        self.write_load(slot, row);
+        slot
+    }
+
+    /// Writes `row`'s SPEED inputs from the worker at `slot` (none, and zeros, when `None` or
+    /// when the worker has no calibration yet).
+    pub(crate) fn fill_speed_at(&self, slot: Option<usize>, row: &mut Row) {
+        let speed = slot
+            .and_then(|i| worker_speed(&self.fleet, &self.fleet_pace, &self.workers.value(i).pace));
+        let (flags, speed) = match speed {
+            Some(speed) => (row.flags.0 | RowFlags::HAS_SPEED.0, speed),
+            None => (row.flags.0 & !RowFlags::HAS_SPEED.0, Speed::default()),
+        };
+        *row = Row {
+            flags: RowFlags(flags),
+            ..row.with_speed(speed)
+        };
+    }
+
+    #[inline]
+    fn write_load(&self, slot: Option<usize>, row: &mut Row) {
+        match slot.map(|i| self.workers.value(i).load) {
             Some(load) => {
                 *row = row.with_load(Load {
                     available: true,
@@ -352,10 +381,7 @@ where
     /// of workers without one get none.
     pub fn fill_speeds(&self, rows: &mut [Row]) {
         for row in rows {
-            match self.speed(row.worker) {
-                Some(speed) => *row = row.with_speed(speed),
-                None => row.flags = RowFlags(row.flags.0 & !RowFlags::HAS_SPEED.0),
-            }
+            self.fill_speed_at(self.workers.find(row.worker), row);
         }
     }
 

@@ -4,6 +4,7 @@
 //! engine, never a particular policy.
 
 pub mod calibrate;
+mod fleet;
 pub(crate) mod hashing;
 pub(crate) mod index;
 pub(crate) mod kv_events;
@@ -12,6 +13,7 @@ pub(crate) mod predict;
 mod router;
 pub(crate) mod table;
 
+pub use fleet::{Fleet, FleetError, Place};
 pub use hashing::{BlockHasher, HashError};
 pub use index::{
     BlockEntry, BlockSlot, IndexCounters, IndexError, KvEvent, Overlaps, PrefixIndex, Tier,

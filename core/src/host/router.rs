@@ -4,7 +4,8 @@ use core::fmt;
 
 use crate::engine::{Filters, Picker, Scorers};
 use crate::engine::{Policy, SelectError, Selection, Selector};
-use crate::host::index::{BlockSlot, Overlaps, PrefixIndex, WorkerSlot};
+use crate::host::fleet::{Fleet, Place};
+use crate::host::index::{BlockSlot, Overlaps, PrefixIndex, WorkerSlot, clear_cache};
 use crate::host::ledger::{Ledger, LedgerError, LoadSlot, RequestSlot};
 use crate::host::predict::{PredictionRecord, PredictionSlot, Predictions};
 use crate::vocab::WorkerInputs;
@@ -114,7 +115,15 @@ where
         rows: &mut [Row],
         id: u64,
     ) -> Result<Selection, RouteError> {
-        self.route_inner(policy, selector, request, hashes, rows, id, None)
+        self.route_inner(
+            policy,
+            selector,
+            request,
+            hashes,
+            Rows::Given(rows),
+            id,
+            None,
+        )
     }
 
     /// [`Router::route`] at `now_ms` (milliseconds on the host's clock, the one it passes to
@@ -149,6 +158,133 @@ where
         M: AsRef<[PredictionSlot]> + AsMut<[PredictionSlot]>,
         Q: AsRef<[PredictionRecord]> + AsMut<[PredictionRecord]>,
     {
+        self.route_timed(
+            pending,
+            policy,
+            selector,
+            request,
+            hashes,
+            Rows::Given(rows),
+            id,
+            now_ms,
+        )
+    }
+
+    /// [`Router::route`] over the rows of `fleet`, the workers registered with it, which it
+    /// keeps between routes: it writes the same inputs and makes the same selection as
+    /// [`Router::route`] over a copy of [`Fleet::rows`], finding each worker in the index and
+    /// the ledger where it was last time instead of by hashing its key (see [`Fleet`]). The
+    /// selection's `row` indexes [`Fleet::rows`]. A policy that does not read CACHE (or SPEED)
+    /// sees rows without them, not the last route's.
+    ///
+    /// # Errors
+    ///
+    /// As [`Router::route`]; nothing is booked on error.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use libroute_core::*;
+    ///
+    /// let index = PrefixIndex::<_, _, 1>::new(vec![BlockSlot::<1>::empty(); 1024], vec![WorkerSlot::empty(); 128]).unwrap();
+    /// let ledger = Ledger::new(vec![RequestSlot::empty(); 256], vec![LoadSlot::empty(); 128], vec![0u64; 64]).unwrap();
+    /// let mut router = Router::new(index, ledger, 0.75, 0.25);
+    /// let mut fleet = Fleet::new(vec![Row::default(); 64], vec![Place::empty(); 64]).unwrap();
+    /// for w in [WorkerKey::new(1, 0), WorkerKey::new(2, 0)] {
+    ///     router.ledger.add_worker(w).unwrap();
+    ///     fleet.add(w, TaintSet::EMPTY).unwrap();
+    /// }
+    /// router.index.apply(&KvEvent::Stored { worker: WorkerKey::new(2, 0), tier: Tier::Device, hashes: &[7, 8] }).unwrap();
+    ///
+    /// let policy = DefaultKnobs::default().build().unwrap();
+    /// let mut selector = Selector::<64>::new();
+    /// let s = router.route_fleet(&mut fleet, &policy, &mut selector, &Request::new(64, 16), &[7, 8, 9, 10], 1).unwrap();
+    /// assert_eq!(s.worker, WorkerKey::new(2, 0));
+    /// assert_eq!(fleet.rows()[s.row].cache().device_blocks, 2);
+    /// ```
+    pub fn route_fleet<F: Filters, S: Scorers, P: Picker, Rs, Ps, const N: usize>(
+        &mut self,
+        fleet: &mut Fleet<Rs, Ps>,
+        policy: &Policy<F, S, P>,
+        selector: &mut Selector<N>,
+        request: &Request<'_>,
+        hashes: &[u64],
+        id: u64,
+    ) -> Result<Selection, RouteError>
+    where
+        Rs: AsRef<[Row]> + AsMut<[Row]>,
+        Ps: AsRef<[Place]> + AsMut<[Place]>,
+    {
+        let (rows, places) = fleet.parts();
+        self.route_inner(
+            policy,
+            selector,
+            request,
+            hashes,
+            Rows::Fleet(rows, places),
+            id,
+            None,
+        )
+    }
+
+    /// [`Router::route_at`] over the rows of `fleet` (see [`Router::route_fleet`]).
+    ///
+    /// # Errors
+    ///
+    /// As [`Router::route_at`]; nothing is booked on error.
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "route_fleet's arguments plus the time and the prediction store"
+    )]
+    pub fn route_fleet_at<F: Filters, S: Scorers, P: Picker, M, Q, Rs, Ps, const N: usize>(
+        &mut self,
+        pending: Option<&mut Predictions<M, Q>>,
+        fleet: &mut Fleet<Rs, Ps>,
+        policy: &Policy<F, S, P>,
+        selector: &mut Selector<N>,
+        request: &Request<'_>,
+        hashes: &[u64],
+        id: u64,
+        now_ms: f64,
+    ) -> Result<Selection, RouteError>
+    where
+        M: AsRef<[PredictionSlot]> + AsMut<[PredictionSlot]>,
+        Q: AsRef<[PredictionRecord]> + AsMut<[PredictionRecord]>,
+        Rs: AsRef<[Row]> + AsMut<[Row]>,
+        Ps: AsRef<[Place]> + AsMut<[Place]>,
+    {
+        let (rows, places) = fleet.parts();
+        self.route_timed(
+            pending,
+            policy,
+            selector,
+            request,
+            hashes,
+            Rows::Fleet(rows, places),
+            id,
+            now_ms,
+        )
+    }
+
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "route's arguments plus the time and the prediction store"
+    )]
+    fn route_timed<F: Filters, S: Scorers, P: Picker, M, Q, const N: usize>(
+        &mut self,
+        pending: Option<&mut Predictions<M, Q>>,
+        policy: &Policy<F, S, P>,
+        selector: &mut Selector<N>,
+        request: &Request<'_>,
+        hashes: &[u64],
+        rows: Rows<'_>,
+        id: u64,
+        now_ms: f64,
+    ) -> Result<Selection, RouteError>
+    where
+        M: AsRef<[PredictionSlot]> + AsMut<[PredictionSlot]>,
+        Q: AsRef<[PredictionRecord]> + AsMut<[PredictionRecord]>,
+    {
         if !(now_ms.is_finite() && now_ms >= 0.0) {
             return Err(RouteError::Ledger(LedgerError::InvalidTime));
         }
@@ -170,7 +306,7 @@ where
         selector: &mut Selector<N>,
         request: &Request<'_>,
         hashes: &[u64],
-        rows: &mut [Row],
+        rows: Rows<'_>,
         id: u64,
         now_ms: Option<f64>,
     ) -> Result<Selection, RouteError> {
@@ -184,28 +320,42 @@ where
             self.index.query(hashes, &mut self.overlaps);
             request.has_tier_matches = self.overlaps.has_tier_matches();
         }
+        let speed = inputs.contains(WorkerInputs::SPEED);
         let blocks = request.request_blocks();
-        // Each row's inputs in one pass (`PrefixIndex::fill_rows`, `Ledger::fill_rows` and the
-        // request's new blocks), so every row is read and written once.
-        for row in rows.iter_mut() {
-            if cache {
-                self.index.fill_row(
-                    &self.overlaps,
-                    row,
-                    self.host_weight,
-                    self.disk_weight,
-                    request.block_size,
-                );
+        let (index, ledger, overlaps) = (&self.index, &self.ledger, &self.overlaps);
+        let (hw, dw, bs) = (self.host_weight, self.disk_weight, request.block_size);
+        // Each row's inputs in one pass (the index's, the ledger's and the request's new
+        // blocks), so every row is read and written once.
+        let rows = match rows {
+            Rows::Given(rows) => {
+                for row in rows.iter_mut() {
+                    if cache {
+                        index.fill_row(overlaps, row, hw, dw, bs);
+                    }
+                    ledger.fill_row(row);
+                    add_new_blocks(row, blocks);
+                }
+                if speed {
+                    ledger.fill_speeds(rows);
+                }
+                rows
             }
-            self.ledger.fill_row(row);
-            if row.flags.contains(RowFlags::HAS_LOAD) {
-                let new_blocks = blocks.saturating_sub(u64::from(row.cache().device_blocks));
-                row.active_decode_blocks = row.active_decode_blocks.saturating_add(new_blocks);
+            Rows::Fleet(rows, places) => {
+                for (row, place) in rows.iter_mut().zip(places.iter_mut()) {
+                    // A policy that reads no CACHE (or SPEED) gets rows without them, not
+                    // the last route's.
+                    if cache {
+                        index.fill_row_hinted(overlaps, row, &mut place.index, hw, dw, bs);
+                    } else {
+                        clear_cache(row);
+                    }
+                    let slot = ledger.fill_row_hinted(row, &mut place.ledger);
+                    add_new_blocks(row, blocks);
+                    ledger.fill_speed_at(slot.filter(|_| speed), row);
+                }
+                rows
             }
-        }
-        if inputs.contains(WorkerInputs::SPEED) {
-            self.ledger.fill_speeds(rows);
-        }
+        };
         let selection = policy
             .select(selector, &request, rows)
             .map_err(RouteError::Select)?;
@@ -255,6 +405,22 @@ where
         let selection = self.route(policy, selector, request, hashes, rows, id)?;
         let _ = predictions.record(&mut self.index, selection.worker, hashes, now);
         Ok(selection)
+    }
+}
+
+/// The rows a route fills: the host's, or a fleet's with the places of their workers.
+enum Rows<'a> {
+    Given(&'a mut [Row]),
+    Fleet(&'a mut [Row], &'a mut [Place]),
+}
+
+/// Adds the request's new blocks on a row's worker (those not in its device memory) to the
+/// row's decode blocks, as the spec's `dcb` counts them.
+#[inline]
+fn add_new_blocks(row: &mut Row, blocks: u64) {
+    if row.flags.contains(RowFlags::HAS_LOAD) {
+        let new_blocks = blocks.saturating_sub(u64::from(row.cache().device_blocks));
+        row.active_decode_blocks = row.active_decode_blocks.saturating_add(new_blocks);
     }
 }
 

@@ -1,0 +1,248 @@
+//! A fleet the router keeps between routes (`Router::route_fleet`) against the same routes over
+//! rows the host builds each time (`Router::route`): two routers fed the same events make the
+//! same selections and write the same rows, on random streams that add and remove workers (so
+//! the ledger's small table shifts entries and the fleet's remembered places go stale), store,
+//! remove and clear blocks, mark workers overloaded, and route with policies that read CACHE,
+//! SPEED, or neither.
+
+use libroute_core::catalog::CatalogPolicy;
+use libroute_core::catalog_config::PolicyConfig;
+use libroute_core::*;
+use proptest::prelude::*;
+
+type TestRouter =
+    Router<Vec<BlockSlot<1>>, Vec<WorkerSlot>, Vec<RequestSlot>, Vec<LoadSlot>, Vec<u64>, 1>;
+type TestFleet = Fleet<Vec<Row>, Vec<Place>>;
+type NoPredictions = Predictions<Vec<PredictionSlot>, Vec<PredictionRecord>>;
+
+fn router() -> TestRouter {
+    let index = PrefixIndex::new(
+        vec![BlockSlot::<1>::empty(); 64],
+        vec![WorkerSlot::empty(); 128],
+    )
+    .unwrap();
+    // Sixteen slots for up to eight workers: removals shift entries back often.
+    let ledger = Ledger::new(
+        vec![RequestSlot::empty(); 256],
+        vec![LoadSlot::empty(); 16],
+        vec![0u64; 16],
+    )
+    .unwrap();
+    Router::new(index, ledger, 0.75, 0.25)
+}
+
+fn catalog(json: &str) -> CatalogPolicy {
+    serde_json::from_str::<PolicyConfig>(json)
+        .unwrap()
+        .build()
+        .unwrap()
+}
+
+#[derive(Debug, Clone)]
+enum Op {
+    AddWorker(u64, bool),
+    RemoveWorker(u64),
+    Store(u64, usize, Vec<u64>),
+    Remove(u64, usize, Vec<u64>),
+    Clear(u64),
+    Overload(u64, bool),
+    /// A prompt, the policy (0 default, 1 `ttft`, 2 `round_robin`), and whether it is timed.
+    Route(Vec<u64>, usize, bool),
+    Complete(usize),
+    Free(usize),
+}
+
+fn worker() -> impl Strategy<Value = u64> {
+    // Ids that share low bits, so several hash near each other in small tables.
+    (0u64..10).prop_map(|w| w * 16)
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    let hashes = prop::collection::vec(0u64..12, 1..6);
+    prop_oneof![
+        3 => (worker(), any::<bool>()).prop_map(|(w, t)| Op::AddWorker(w, t)),
+        1 => worker().prop_map(Op::RemoveWorker),
+        4 => (worker(), 0usize..3, hashes.clone()).prop_map(|(w, t, h)| Op::Store(w, t, h)),
+        1 => (worker(), 0usize..3, hashes.clone()).prop_map(|(w, t, h)| Op::Remove(w, t, h)),
+        1 => worker().prop_map(Op::Clear),
+        1 => (worker(), any::<bool>()).prop_map(|(w, o)| Op::Overload(w, o)),
+        6 => (hashes, 0usize..3, any::<bool>()).prop_map(|(h, p, t)| Op::Route(h, p, t)),
+        2 => (0usize..64).prop_map(Op::Complete),
+        2 => (0usize..64).prop_map(Op::Free),
+    ]
+}
+
+const TIERS: [Tier; 3] = [Tier::Device, Tier::Host, Tier::Disk];
+
+/// Routes once on both routers and checks they agree; returns the id booked, if any.
+#[allow(clippy::too_many_arguments, reason = "both routers and their state")]
+fn route_both<F: Filters, S: Scorers, P: Picker>(
+    policy: &Policy<F, S, P>,
+    kept: (&mut TestRouter, &mut TestFleet, &mut Selector<16>),
+    given: (&mut TestRouter, &mut Selector<16>),
+    hashes: &[u64],
+    id: u64,
+    now_ms: Option<f64>,
+) -> Result<(), TestCaseError> {
+    let (a, fleet, sel_a) = kept;
+    let (b, sel_b) = given;
+    // The host's rows: what the fleet knows of each worker besides its inputs.
+    let mut rows: Vec<Row> = fleet
+        .rows()
+        .iter()
+        .map(|r| {
+            Row::new(r.worker)
+                .with_taints(r.taints)
+                .overloaded(r.is_overloaded())
+        })
+        .collect();
+    let request = Request::new(16 * hashes.len() as u64 + 5, 16);
+    let none_a: Option<&mut NoPredictions> = None;
+    let none_b: Option<&mut NoPredictions> = None;
+    let (x, y) = match now_ms {
+        Some(now) => (
+            a.route_fleet_at(none_a, fleet, policy, sel_a, &request, hashes, id, now),
+            b.route_at(none_b, policy, sel_b, &request, hashes, &mut rows, id, now),
+        ),
+        None => (
+            a.route_fleet(fleet, policy, sel_a, &request, hashes, id),
+            b.route(policy, sel_b, &request, hashes, &mut rows, id),
+        ),
+    };
+    prop_assert_eq!(x, y);
+    prop_assert_eq!(fleet.rows(), &rows[..]);
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 300, ..ProptestConfig::default() })]
+
+    #[test]
+    fn a_kept_fleet_routes_as_rows_built_each_time(ops in prop::collection::vec(op(), 1..200)) {
+        let (mut a, mut b) = (router(), router());
+        let mut fleet = Fleet::new(vec![Row::default(); 8], vec![Place::empty(); 8]).unwrap();
+        let (mut sel_a, mut sel_b) = (Selector::<16>::new(), Selector::<16>::new());
+        let default = DefaultKnobs::default().build().unwrap();
+        let ttft = catalog(r#"{"type": "ttft"}"#);
+        let round_robin = catalog(r#"{"type": "round_robin"}"#);
+        let mut booked: Vec<u64> = Vec::new();
+        let (mut next_id, mut now) = (0u64, 0.0f64);
+        for op in ops {
+            match op {
+                Op::AddWorker(w, tainted) => {
+                    let key = WorkerKey::new(w, 0);
+                    let taints = if tainted { TaintSet(1) } else { TaintSet::EMPTY };
+                    // The fleet and the ledgers refuse the same workers once full or present.
+                    let f = fleet.add(key, taints).is_ok();
+                    let l = a.ledger.add_worker(key).is_ok();
+                    prop_assert_eq!(l, b.ledger.add_worker(key).is_ok());
+                    prop_assert!(f || !l || fleet.len() == fleet.capacity() || fleet.get(key).is_some());
+                }
+                Op::RemoveWorker(w) => {
+                    let key = WorkerKey::new(w, 0);
+                    let _ = fleet.remove(key);
+                    for r in [&mut a, &mut b] {
+                        r.ledger.remove_worker(key);
+                        r.index.apply(&KvEvent::WorkerRemoved { worker: key }).unwrap();
+                    }
+                }
+                Op::Store(w, t, h) => {
+                    let e = KvEvent::Stored { worker: WorkerKey::new(w, 0), tier: TIERS[t], hashes: &h };
+                    prop_assert_eq!(a.index.apply(&e), b.index.apply(&e));
+                }
+                Op::Remove(w, t, h) => {
+                    let e = KvEvent::Removed { worker: WorkerKey::new(w, 0), tier: TIERS[t], hashes: &h };
+                    prop_assert_eq!(a.index.apply(&e), b.index.apply(&e));
+                }
+                Op::Clear(w) => {
+                    let e = KvEvent::Cleared { worker: WorkerKey::new(w, 0) };
+                    prop_assert_eq!(a.index.apply(&e), b.index.apply(&e));
+                }
+                Op::Overload(w, o) => {
+                    let _ = fleet.set_overloaded(WorkerKey::new(w, 0), o);
+                }
+                Op::Route(h, p, timed) => {
+                    next_id += 1;
+                    now += 7.5;
+                    let at = timed.then_some(now);
+                    let kept = (&mut a, &mut fleet, &mut sel_a);
+                    let given = (&mut b, &mut sel_b);
+                    match p {
+                        0 => route_both(&default, kept, given, &h, next_id, at)?,
+                        1 => route_both(&ttft, kept, given, &h, next_id, at)?,
+                        _ => route_both(&round_robin, kept, given, &h, next_id, at)?,
+                    }
+                    if a.ledger.contains(next_id) {
+                        booked.push(next_id);
+                    }
+                }
+                Op::Complete(k) if !booked.is_empty() => {
+                    let id = booked[k % booked.len()];
+                    now += 3.0;
+                    prop_assert_eq!(a.ledger.prefill_complete_at(id, now), b.ledger.prefill_complete_at(id, now));
+                }
+                Op::Free(k) if !booked.is_empty() => {
+                    let id = booked.swap_remove(k % booked.len());
+                    prop_assert_eq!(a.ledger.free(id), b.ledger.free(id));
+                }
+                Op::Complete(_) | Op::Free(_) => {}
+            }
+        }
+    }
+}
+
+#[test]
+fn storage_of_different_lengths_is_refused() {
+    assert_eq!(
+        Fleet::new(vec![Row::default(); 4], vec![Place::empty(); 3]).unwrap_err(),
+        FleetError::StorageMismatch { rows: 4, places: 3 }
+    );
+}
+
+#[test]
+fn a_full_fleet_and_unknown_workers_are_errors_that_change_nothing() {
+    let mut fleet = Fleet::new([Row::default(); 2], [Place::empty(); 2]).unwrap();
+    let (a, b, c) = (
+        WorkerKey::new(3, 0),
+        WorkerKey::new(1, 0),
+        WorkerKey::new(2, 0),
+    );
+    fleet.add(a, TaintSet::EMPTY).unwrap();
+    fleet.add(b, TaintSet(4)).unwrap();
+    assert_eq!(
+        fleet.add(c, TaintSet::EMPTY),
+        Err(FleetError::Full { capacity: 2 })
+    );
+    assert_eq!(fleet.remove(c), Err(FleetError::UnknownWorker(c)));
+    assert_eq!(
+        fleet.set_overloaded(c, true),
+        Err(FleetError::UnknownWorker(c))
+    );
+    assert_eq!(
+        fleet.set_taints(c, TaintSet(1)),
+        Err(FleetError::UnknownWorker(c))
+    );
+    let workers: Vec<WorkerKey> = fleet.rows().iter().map(|r| r.worker).collect();
+    assert_eq!(workers, [b, a]);
+    assert_eq!(fleet.get(b).unwrap().taints, TaintSet(4));
+    fleet.set_taints(b, TaintSet(2)).unwrap();
+    assert_eq!(fleet.get(b).unwrap().taints, TaintSet(2));
+    assert!(
+        FleetError::Full { capacity: 2 }
+            .to_string()
+            .contains("full")
+    );
+}
+
+/// A seeded selection over a fleet's rows needs no sort: they are in canonical order.
+#[test]
+fn rows_stay_in_canonical_order() {
+    let mut fleet = Fleet::new(vec![Row::default(); 64], vec![Place::empty(); 64]).unwrap();
+    for w in [40u64, 3, 17, 3, 60, 1, 17, 22] {
+        let _ = fleet.add(WorkerKey::new(w, 0), TaintSet::EMPTY);
+        let _ = fleet.add(WorkerKey::new(w, 1), TaintSet::EMPTY);
+    }
+    fleet.remove(WorkerKey::new(17, 0)).unwrap();
+    assert!(fleet.rows().windows(2).all(|p| p[0].worker < p[1].worker));
+    assert_eq!(fleet.len(), 11);
+}
