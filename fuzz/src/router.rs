@@ -3,15 +3,16 @@
 //! cancellations, and other replicas' ledger events (in any order, repeated), on one id space.
 //! After every step the ledger's per-worker totals equal the sum of what a reference model holds
 //! booked, and its active count and duplicate checks agree; every route's overlap query and the
-//! rows it fills agree with the index model (`core/tests/common/mod.rs`).
+//! rows it fills agree with the index model (`core/tests/common/mod.rs`), whether the router
+//! fills the host's rows or the rows of a `Fleet` it keeps.
 
 use std::collections::HashMap;
 
 use arbitrary::{Arbitrary, Unstructured};
 use libroute_core::{
-    BlockSlot, DefaultKnobs, KvEvent, Ledger, LedgerError, LedgerEvent, LoadSlot, Overlaps,
-    PrefixIndex, Request, RequestSlot, RouteError, Router, Row, Selector, Tier, WorkerKey,
-    WorkerLoad, WorkerSlot,
+    BlockSlot, DefaultKnobs, Fleet, KvEvent, Ledger, LedgerError, LedgerEvent, LoadSlot, Overlaps,
+    Place, PrefixIndex, Request, RequestSlot, RouteError, Router, Row, Selector, TaintSet, Tier,
+    WorkerKey, WorkerLoad, WorkerSlot,
 };
 
 use crate::common;
@@ -150,6 +151,10 @@ pub fn run(data: &[u8]) {
     for w in 0..WORKERS {
         router.ledger.add_worker(WorkerKey::new(w, 0)).unwrap();
     }
+    let mut fleet = Fleet::new(vec![Row::default(); 16], vec![Place::empty(); 16]).unwrap();
+    for w in 0..=WORKERS {
+        fleet.add(WorkerKey::new(w, 0), TaintSet::EMPTY).unwrap();
+    }
     let mut selector = Selector::<16>::new();
     let mut overlaps = Overlaps::<1>::new();
     let key = |w: u8| WorkerKey::new(u64::from(w) % (WORKERS + 1), 0);
@@ -188,7 +193,15 @@ pub fn run(data: &[u8]) {
                 }
                 let mut rows: Vec<Row> = (0..=WORKERS).map(|w| Row::new(WorkerKey::new(w, 0))).collect();
                 let loads: Vec<WorkerLoad> = (0..=WORKERS).map(|w| books.load(w)).collect();
-                let result = router.route(&policy, &mut selector, &request, &hashes, &mut rows, id);
+                // Even ids route over the fleet the router keeps, odd ones over fresh rows: both
+                // must fill the rows the same way (the fleet's are in the same, sorted, order).
+                let kept = id % 2 == 0;
+                let result = if kept {
+                    router.route_fleet(&mut fleet, &policy, &mut selector, &request, &hashes, id)
+                } else {
+                    router.route(&policy, &mut selector, &request, &hashes, &mut rows, id)
+                };
+                let rows: &[Row] = if kept { fleet.rows() } else { &rows };
                 if let Err(RouteError::Ledger(LedgerError::DuplicateId(d))) = result {
                     assert_eq!(d, id);
                     assert!(books.ids.contains_key(&id), "request {id} refused as a duplicate");
