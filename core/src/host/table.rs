@@ -34,11 +34,6 @@ impl TableKey for WorkerKey {
 }
 
 /// One slot of a table's storage: unused, or a key and its value.
-///
-/// Laid out key, used, value (`repr(C)`), so a lookup's reads of the key and the mark, and the
-/// first bytes of the value it goes on to read, share a cache line more often than in the order
-/// the compiler would choose (value first).
-#[repr(C)]
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub struct Slot<K, V> {
     key: K,
