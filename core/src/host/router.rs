@@ -351,7 +351,12 @@ where
                     }
                     let slot = ledger.fill_row_hinted(row, &mut place.ledger);
                     add_new_blocks(row, blocks);
-                    ledger.fill_speed_at(slot.filter(|_| speed), row);
+                    // A row without a speed has zeros there already (a fleet's rows start as
+                    // `Row::new` and lose a speed only here), so only one that had a speed is
+                    // written when the policy reads none.
+                    if speed || row.flags.contains(RowFlags::HAS_SPEED) {
+                        ledger.fill_speed_at(slot.filter(|_| speed), row);
+                    }
                 }
                 rows
             }
