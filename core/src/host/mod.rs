@@ -1,7 +1,7 @@
 //! Layer 4, the host's state: the fixed-capacity tables, the prefix index fed by KV events, the
 //! predictions of approximate mode, the load ledger with its speed calibration, and the
-//! [`Router`] that turns them into rows and runs a policy. It uses the vocabulary and the
-//! engine, never a particular policy.
+//! [`Router`] that turns them into rows (the host's, or those of a [`Fleet`] it keeps between
+//! routes) and runs a policy. It uses the vocabulary and the engine, never a particular policy.
 
 pub mod calibrate;
 mod fleet;
