@@ -1,5 +1,5 @@
 //! `cargo xtask soak [--requests N]`: routes N requests (10 million by default) through one
-//! `Router` with the event mix a server sees, then frees everything, and fails unless the books
+//! `Router` (every other one over a `Fleet` it keeps) with the event mix a server sees, then frees everything, and fails unless the books
 //! balance throughout and return to zero, and resident memory stays flat after warm-up.
 //!
 //! The workload is the built-in synthetic one (`libroute_benches::Synthetic`: applications with
@@ -29,8 +29,8 @@ use std::time::Instant;
 
 use libroute_benches::sim::Synthetic;
 use libroute_core::{
-    BlockSlot, DefaultKnobs, KvEvent, Ledger, LedgerEvent, LoadSlot, PrefixIndex, Request,
-    RequestSlot, Router, Row, Selector, Tier, WorkerKey, WorkerLoad, WorkerSlot,
+    BlockSlot, DefaultKnobs, Fleet, KvEvent, Ledger, LedgerEvent, LoadSlot, Place, PrefixIndex,
+    Request, RequestSlot, Router, Row, Selector, TaintSet, Tier, WorkerKey, WorkerLoad, WorkerSlot,
 };
 
 const WORKERS: u64 = 32;
@@ -131,6 +131,14 @@ fn soak(args: &[String]) -> Result<(), String> {
         .collect();
     let mut selector = Selector::<64>::new();
     let mut rows: Vec<Row> = workers.iter().map(|&w| Row::new(w)).collect();
+    let mut fleet = Fleet::new(
+        vec![Row::default(); workers.len()],
+        vec![Place::empty(); workers.len()],
+    )
+    .map_err(|e| e.to_string())?;
+    for &w in &workers {
+        fleet.add(w, TaintSet::EMPTY).map_err(|e| e.to_string())?;
+    }
     let mut rng = fastrand::Rng::with_seed(2026);
     // Local requests in flight, oldest first: (id, cancelled).
     let mut local: VecDeque<(u64, bool)> = VecDeque::with_capacity(FREE_LAG + 1);
@@ -167,12 +175,23 @@ fn soak(args: &[String]) -> Result<(), String> {
             }
             let id = routed;
             // Route and book.
+            // Even requests over the fleet the router keeps, odd ones over rows built anew.
             let prompt = Request::new(request.input_tokens, BLOCK_TOKENS);
-            for (row, &w) in rows.iter_mut().zip(&workers) {
-                *row = Row::new(w);
-            }
-            let s = state
-                .route(
+            let kept = id % 2 == 0;
+            let s = if kept {
+                state.route_fleet(
+                    &mut fleet,
+                    &policy,
+                    &mut selector,
+                    &prompt,
+                    &request.blocks,
+                    id,
+                )
+            } else {
+                for (row, &w) in rows.iter_mut().zip(&workers) {
+                    *row = Row::new(w);
+                }
+                state.route(
                     &policy,
                     &mut selector,
                     &prompt,
@@ -180,11 +199,17 @@ fn soak(args: &[String]) -> Result<(), String> {
                     &mut rows,
                     id,
                 )
-                .map_err(|e| format!("request {id}: {e}"))?;
+            }
+            .map_err(|e| format!("request {id}: {e}"))?;
             routed += 1;
             local.push_back((id, false));
             // The engine computes and stores the blocks it did not hold.
-            let held = rows[s.row].device_blocks as usize;
+            let chosen = if kept {
+                &fleet.rows()[s.row]
+            } else {
+                &rows[s.row]
+            };
+            let held = chosen.device_blocks as usize;
             let worker = s.worker;
             let engine = &mut engines[usize::try_from(worker.worker_id).unwrap_or(0)];
             let new = &request.blocks[held.min(request.blocks.len())..];
