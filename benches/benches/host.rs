@@ -173,6 +173,28 @@ macro_rules! route_bench {
                 s.row
             });
         });
+        // The same routes over the same rows with places kept beside them
+        // (`Router::route_placed`, what the C ABI's router does for its callers).
+        let mut places = vec![Place::empty(); rows.len()];
+        $group.bench_function(BenchmarkId::new("placed/query+select+book", workers), |b| {
+            b.iter(|| {
+                id += 1;
+                let prompt = &prompts[usize::try_from(id % 64).unwrap()];
+                let s = router
+                    .route_placed(
+                        &policy,
+                        &mut selector,
+                        &request,
+                        black_box(prompt),
+                        &mut rows,
+                        &mut places,
+                        id,
+                    )
+                    .unwrap();
+                router.ledger.free(id).unwrap();
+                s.row
+            });
+        });
         // The same routes over a fleet the router keeps (`Router::route_fleet`): its workers
         // found where they were last time instead of by hashing.
         let mut fleet = Fleet::new(

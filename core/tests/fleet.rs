@@ -1,6 +1,7 @@
-//! A fleet the router keeps between routes (`Router::route_fleet`) against the same routes over
-//! rows the host builds each time (`Router::route`): two routers fed the same events make the
-//! same selections and write the same rows, on random streams that add and remove workers (so
+//! A fleet the router keeps between routes (`Router::route_fleet`), and the host's rows with
+//! places kept beside them (`Router::route_placed`), against the same routes over rows the host
+//! builds each time (`Router::route`): three routers fed the same events make the same
+//! selections and write the same rows, on random streams that add and remove workers (so
 //! the ledger's small table shifts entries and the fleet's remembered places go stale), store,
 //! remove and clear blocks, mark workers overloaded, and route with policies that read CACHE,
 //! SPEED, or neither.
@@ -80,12 +81,14 @@ fn route_both<F: Filters, S: Scorers, P: Picker>(
     policy: &Policy<F, S, P>,
     kept: (&mut TestRouter, &mut TestFleet, &mut Selector<16>),
     given: (&mut TestRouter, &mut Selector<16>),
+    with_places: (&mut TestRouter, &mut [Place], &mut Selector<16>),
     hashes: &[u64],
     id: u64,
     now_ms: Option<f64>,
 ) -> Result<(), TestCaseError> {
     let (a, fleet, sel_a) = kept;
     let (b, sel_b) = given;
+    let (c, places, sel_c) = with_places;
     // The host's rows: what the fleet knows of each worker besides its inputs.
     let mut rows: Vec<Row> = fleet
         .rows()
@@ -96,21 +99,37 @@ fn route_both<F: Filters, S: Scorers, P: Picker>(
                 .overloaded(r.is_overloaded())
         })
         .collect();
+    let mut rows_c = rows.clone();
     let request = Request::new(16 * hashes.len() as u64 + 5, 16);
     let none_a: Option<&mut NoPredictions> = None;
     let none_b: Option<&mut NoPredictions> = None;
-    let (x, y) = match now_ms {
+    let none_c: Option<&mut NoPredictions> = None;
+    let (kept_pick, given_pick, placed_pick) = match now_ms {
         Some(now) => (
             a.route_fleet_at(none_a, fleet, policy, sel_a, &request, hashes, id, now),
             b.route_at(none_b, policy, sel_b, &request, hashes, &mut rows, id, now),
+            c.route_placed_at(
+                none_c,
+                policy,
+                sel_c,
+                &request,
+                hashes,
+                &mut rows_c,
+                places,
+                id,
+                now,
+            ),
         ),
         None => (
             a.route_fleet(fleet, policy, sel_a, &request, hashes, id),
             b.route(policy, sel_b, &request, hashes, &mut rows, id),
+            c.route_placed(policy, sel_c, &request, hashes, &mut rows_c, places, id),
         ),
     };
-    prop_assert_eq!(x, y);
+    prop_assert_eq!(kept_pick, given_pick);
+    prop_assert_eq!(given_pick, placed_pick);
     prop_assert_eq!(fleet.rows(), &rows[..]);
+    prop_assert_eq!(&rows_c, &rows);
     Ok(())
 }
 
@@ -119,9 +138,12 @@ proptest! {
 
     #[test]
     fn a_kept_fleet_routes_as_rows_built_each_time(ops in prop::collection::vec(op(), 1..200)) {
-        let (mut a, mut b) = (router(), router());
+        let (mut a, mut b, mut c) = (router(), router(), router());
+        // The third routes over rows built each time with places kept beside them (fewer
+        // places than rows at times: the rows beyond them are looked up by hashing).
+        let mut places = [Place::empty(); 6];
         let mut fleet = Fleet::new(vec![Row::default(); 8], vec![Place::empty(); 8]).unwrap();
-        let (mut sel_a, mut sel_b) = (Selector::<16>::new(), Selector::<16>::new());
+        let (mut sel_a, mut sel_b, mut sel_c) = (Selector::<16>::new(), Selector::<16>::new(), Selector::<16>::new());
         let default = DefaultKnobs::default().build().unwrap();
         let ttft = catalog(r#"{"type": "ttft"}"#);
         let round_robin = catalog(r#"{"type": "round_robin"}"#);
@@ -136,27 +158,34 @@ proptest! {
                     let f = fleet.add(key, taints).is_ok();
                     let l = a.ledger.add_worker(key).is_ok();
                     prop_assert_eq!(l, b.ledger.add_worker(key).is_ok());
+                    prop_assert_eq!(l, c.ledger.add_worker(key).is_ok());
                     prop_assert!(f || !l || fleet.len() == fleet.capacity() || fleet.get(key).is_some());
                 }
                 Op::RemoveWorker(w) => {
                     let key = WorkerKey::new(w, 0);
                     let _ = fleet.remove(key);
-                    for r in [&mut a, &mut b] {
+                    for r in [&mut a, &mut b, &mut c] {
                         r.ledger.remove_worker(key);
                         r.index.apply(&KvEvent::WorkerRemoved { worker: key }).unwrap();
                     }
                 }
                 Op::Store(w, t, h) => {
                     let e = KvEvent::Stored { worker: WorkerKey::new(w, 0), tier: TIERS[t], hashes: &h };
-                    prop_assert_eq!(a.index.apply(&e), b.index.apply(&e));
+                    let applied = a.index.apply(&e);
+                    prop_assert_eq!(applied, b.index.apply(&e));
+                    prop_assert_eq!(applied, c.index.apply(&e));
                 }
                 Op::Remove(w, t, h) => {
                     let e = KvEvent::Removed { worker: WorkerKey::new(w, 0), tier: TIERS[t], hashes: &h };
-                    prop_assert_eq!(a.index.apply(&e), b.index.apply(&e));
+                    let applied = a.index.apply(&e);
+                    prop_assert_eq!(applied, b.index.apply(&e));
+                    prop_assert_eq!(applied, c.index.apply(&e));
                 }
                 Op::Clear(w) => {
                     let e = KvEvent::Cleared { worker: WorkerKey::new(w, 0) };
-                    prop_assert_eq!(a.index.apply(&e), b.index.apply(&e));
+                    let applied = a.index.apply(&e);
+                    prop_assert_eq!(applied, b.index.apply(&e));
+                    prop_assert_eq!(applied, c.index.apply(&e));
                 }
                 Op::Overload(w, o) => {
                     let _ = fleet.set_overloaded(WorkerKey::new(w, 0), o);
@@ -167,10 +196,11 @@ proptest! {
                     let at = timed.then_some(now);
                     let kept = (&mut a, &mut fleet, &mut sel_a);
                     let given = (&mut b, &mut sel_b);
+                    let placed = (&mut c, &mut places[..], &mut sel_c);
                     match p {
-                        0 => route_both(&default, kept, given, &h, next_id, at)?,
-                        1 => route_both(&ttft, kept, given, &h, next_id, at)?,
-                        _ => route_both(&round_robin, kept, given, &h, next_id, at)?,
+                        0 => route_both(&default, kept, given, placed, &h, next_id, at)?,
+                        1 => route_both(&ttft, kept, given, placed, &h, next_id, at)?,
+                        _ => route_both(&round_robin, kept, given, placed, &h, next_id, at)?,
                     }
                     if a.ledger.contains(next_id) {
                         booked.push(next_id);
@@ -179,11 +209,15 @@ proptest! {
                 Op::Complete(k) if !booked.is_empty() => {
                     let id = booked[k % booked.len()];
                     now += 3.0;
-                    prop_assert_eq!(a.ledger.prefill_complete_at(id, now), b.ledger.prefill_complete_at(id, now));
+                    let done = a.ledger.prefill_complete_at(id, now);
+                    prop_assert_eq!(done, b.ledger.prefill_complete_at(id, now));
+                    prop_assert_eq!(done, c.ledger.prefill_complete_at(id, now));
                 }
                 Op::Free(k) if !booked.is_empty() => {
                     let id = booked.swap_remove(k % booked.len());
-                    prop_assert_eq!(a.ledger.free(id), b.ledger.free(id));
+                    let freed = a.ledger.free(id);
+                    prop_assert_eq!(freed, b.ledger.free(id));
+                    prop_assert_eq!(freed, c.ledger.free(id));
                 }
                 Op::Complete(_) | Op::Free(_) => {}
             }

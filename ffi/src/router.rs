@@ -443,7 +443,9 @@ pub unsafe extern "C" fn libroute_router_free_request(
 /// index's overlaps for `hashes` (the request's chained block hashes) and the ledger's loads,
 /// selects with `policy`, and books request `id` on the chosen worker. In approximate mode (a
 /// router with `prediction_slots`), predictions due at `now` expire first and the choice is
-/// recorded as a prediction. Writes `*out` on success.
+/// recorded as a prediction. Writes `*out` on success. The router remembers where each row's
+/// worker was found in its tables, row by row (up to `max_workers` rows), and looks there first
+/// next time: passing the same workers in the same order each call saves hashing them.
 ///
 /// Errors: as `libroute_select`, plus `DUPLICATE_REQUEST` (checked before anything else),
 /// `UNKNOWN_WORKER` (the chosen worker is not registered) and `CAPACITY_EXCEEDED` (the ledger is

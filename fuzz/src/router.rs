@@ -4,7 +4,8 @@
 //! After every step the ledger's per-worker totals equal the sum of what a reference model holds
 //! booked, and its active count and duplicate checks agree; every route's overlap query and the
 //! rows it fills agree with the index model (`core/tests/common/mod.rs`), whether the router
-//! fills the host's rows or the rows of a `Fleet` it keeps.
+//! fills the host's rows (with places kept beside them or not) or the rows of a `Fleet` it
+//! keeps.
 
 use std::collections::HashMap;
 
@@ -155,6 +156,7 @@ pub fn run(data: &[u8]) {
     for w in 0..=WORKERS {
         fleet.add(WorkerKey::new(w, 0), TaintSet::EMPTY).unwrap();
     }
+    let mut places = [Place::empty(); 16];
     let mut selector = Selector::<16>::new();
     let mut overlaps = Overlaps::<1>::new();
     let key = |w: u8| WorkerKey::new(u64::from(w) % (WORKERS + 1), 0);
@@ -193,13 +195,14 @@ pub fn run(data: &[u8]) {
                 }
                 let mut rows: Vec<Row> = (0..=WORKERS).map(|w| Row::new(WorkerKey::new(w, 0))).collect();
                 let loads: Vec<WorkerLoad> = (0..=WORKERS).map(|w| books.load(w)).collect();
-                // Even ids route over the fleet the router keeps, odd ones over fresh rows: both
-                // must fill the rows the same way (the fleet's are in the same, sorted, order).
-                let kept = id % 2 == 0;
-                let result = if kept {
-                    router.route_fleet(&mut fleet, &policy, &mut selector, &request, &hashes, id)
-                } else {
-                    router.route(&policy, &mut selector, &request, &hashes, &mut rows, id)
+                // Ids route in turn over the fleet the router keeps, over fresh rows with places
+                // kept from earlier routes, and over fresh rows alone: all must fill the rows the
+                // same way (the fleet's are in the same, sorted, order).
+                let kept = id.is_multiple_of(3);
+                let result = match id % 3 {
+                    0 => router.route_fleet(&mut fleet, &policy, &mut selector, &request, &hashes, id),
+                    1 => router.route_placed(&policy, &mut selector, &request, &hashes, &mut rows, &mut places, id),
+                    _ => router.route(&policy, &mut selector, &request, &hashes, &mut rows, id),
                 };
                 let rows: &[Row] = if kept { fleet.rows() } else { &rows };
                 if let Err(RouteError::Ledger(LedgerError::DuplicateId(d))) = result {

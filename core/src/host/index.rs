@@ -729,13 +729,13 @@ where
     }
 
     /// [`PrefixIndex::fill_row`] with the worker's slot in the index's worker table tried first
-    /// at `*hint`, which is updated (see `Table::find_hinted`).
+    /// at `*hint`, if any, which is updated (see `Table::find_hinted`).
     #[inline]
     pub(crate) fn fill_row_hinted(
         &self,
         overlaps: &Overlaps<WORDS>,
         row: &mut Row,
-        hint: &mut u32,
+        hint: Option<&mut u32>,
         host_weight: f64,
         disk_weight: f64,
         block_size: u32,

@@ -338,10 +338,10 @@ where
         self.write_load(self.workers.find(row.worker), row);
     }
 
-    /// [`Ledger::fill_row`] with the worker's slot tried first at `*hint`, which is updated (see
-    /// `Table::find_hinted`); returns the slot, for [`Ledger::fill_speed_at`].
+    /// [`Ledger::fill_row`] with the worker's slot tried first at `*hint`, if any, which is
+    /// updated (see `Table::find_hinted`); returns the slot, for [`Ledger::fill_speed_at`].
     #[inline]
-    pub(crate) fn fill_row_hinted(&self, row: &mut Row, hint: &mut u32) -> Option<usize> {
+    pub(crate) fn fill_row_hinted(&self, row: &mut Row, hint: Option<&mut u32>) -> Option<usize> {
         let slot = self.workers.find_hinted(row.worker, hint);
         self.write_load(slot, row);
         slot

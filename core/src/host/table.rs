@@ -164,12 +164,16 @@ impl<K: TableKey, V: Copy + Default, S: AsRef<[Slot<K, V>]> + AsMut<[Slot<K, V>]
     }
 
     /// The slot holding `key`, tried first at `*hint` (where it was found before) and found by
-    /// its hash only when it is not there; `*hint` is then updated (`u32::MAX` when absent). The
+    /// its hash only when it is not there (or without a hint); `*hint` is then updated
+    /// (`u32::MAX` when absent). The
     /// check at the hint is one read and one comparison that almost always succeed, so a caller
     /// that keeps hints skips the hash and the probe's unpredictable branch. A hint from anywhere
     /// is safe: a slot is used by its key only.
     #[inline]
-    pub(crate) fn find_hinted(&self, key: K, hint: &mut u32) -> Option<usize> {
+    pub(crate) fn find_hinted(&self, key: K, hint: Option<&mut u32>) -> Option<usize> {
+        let Some(hint) = hint else {
+            return self.find(key);
+        };
         if let Some(s) = self.slots.as_ref().get(*hint as usize) {
             if s.used && s.key == key {
                 return Some(*hint as usize);
@@ -297,7 +301,7 @@ mod tests {
             // A hint kept across the churn (entries move back when others are removed) finds
             // what a lookup by hash finds.
             let hint = &mut hints[usize::try_from(key).unwrap()];
-            assert_eq!(t.find_hinted(key, hint), t.find(key), "key {key}");
+            assert_eq!(t.find_hinted(key, Some(hint)), t.find(key), "key {key}");
             match t.find(key) {
                 Some(i) if rng & 1 == 0 => {
                     t.remove_at(i, |_, _, _| {});

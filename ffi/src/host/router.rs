@@ -3,9 +3,9 @@
 //! and counters.
 
 use libroute_core::{
-    BlockSlot, EngineSlot, KvEvent, KvIngest, Ledger, LedgerEvent, LoadSlot, PredictionRecord,
-    PredictionSlot, Predictions, PrefixIndex, RequestSlot, RouteError, Router as GenericRouter,
-    Row, WorkerKey, WorkerSlot,
+    BlockSlot, EngineSlot, KvEvent, KvIngest, Ledger, LedgerEvent, LoadSlot, Place,
+    PredictionRecord, PredictionSlot, Predictions, PrefixIndex, RequestSlot, RouteError,
+    Router as GenericRouter, Row, WorkerKey, WorkerSlot,
 };
 
 use crate::host::policy::Kind;
@@ -81,6 +81,10 @@ pub struct Router {
     predictions: Option<CorePredictions>,
     /// Engines' KV-event payloads: on once [`Router::read_kv_batches`] sized it.
     ingest: Option<CoreIngest>,
+    /// Where the workers of the rows of the last route were found, row by row (`max_workers`
+    /// of them): a host that routes over the same rows each time has each worker looked for
+    /// there first instead of hashed (`libroute_core::Router::route_placed`).
+    places: Box<[Place]>,
 }
 
 impl std::fmt::Debug for Router {
@@ -191,6 +195,7 @@ impl Router {
             router,
             predictions,
             ingest: None,
+            places: vec![Place::empty(); c.max_workers].into_boxed_slice(),
         })
     }
 
@@ -349,6 +354,7 @@ impl Router {
         let Router {
             router,
             predictions,
+            places,
             ..
         } = self;
         let result = with_core_request(request, |core_request| {
@@ -359,7 +365,7 @@ impl Router {
                 &mut selector.inner,
                 core_request,
                 hashes,
-                rows,
+                (rows, places),
                 id,
                 now,
             ))
@@ -408,7 +414,7 @@ fn route_any<const W: usize>(
     selector: &mut AnySelector,
     request: &libroute_core::Request<'_>,
     hashes: &[u64],
-    rows: &mut [Row],
+    (rows, places): (&mut [Row], &mut [Place]),
     id: u64,
     now: Clock,
 ) -> Result<libroute_core::Selection, RouteError> {
@@ -416,17 +422,19 @@ fn route_any<const W: usize>(
         Clock::Units(now) => now,
         Clock::Ms(now_ms) => {
             return with_selector!(selector, s => match &policy.kind {
-                Kind::Default(p) => router.route_at(predictions, p, s, request, hashes, rows, id, now_ms),
-                Kind::Composed(p) => router.route_at(predictions, p, s, request, hashes, rows, id, now_ms),
-                Kind::Catalog(p) => router.route_at(predictions, p, s, request, hashes, rows, id, now_ms),
+                Kind::Default(p) => router.route_placed_at(predictions, p, s, request, hashes, rows, places, id, now_ms),
+                Kind::Composed(p) => router.route_placed_at(predictions, p, s, request, hashes, rows, places, id, now_ms),
+                Kind::Catalog(p) => router.route_placed_at(predictions, p, s, request, hashes, rows, places, id, now_ms),
             });
         }
     };
+    // Approximate mode's untimed routes (predictions expiring in the TTL's own unit) hash every
+    // worker: `route_predicting` takes no places.
     macro_rules! go {
         ($s:expr, $p:expr) => {
             match predictions {
                 Some(pr) => router.route_predicting(pr, $p, $s, request, hashes, rows, id, now),
-                None => router.route($p, $s, request, hashes, rows, id),
+                None => router.route_placed($p, $s, request, hashes, rows, places, id),
             }
         };
     }
