@@ -115,15 +115,7 @@ where
         rows: &mut [Row],
         id: u64,
     ) -> Result<Selection, RouteError> {
-        self.route_inner(
-            policy,
-            selector,
-            request,
-            hashes,
-            Filling::given(rows),
-            id,
-            None,
-        )
+        self.route_placed(policy, selector, request, hashes, rows, &mut [], id)
     }
 
     /// [`Router::route`] at `now_ms` (milliseconds on the host's clock, the one it passes to
@@ -158,13 +150,14 @@ where
         M: AsRef<[PredictionSlot]> + AsMut<[PredictionSlot]>,
         Q: AsRef<[PredictionRecord]> + AsMut<[PredictionRecord]>,
     {
-        self.route_timed(
+        self.route_placed_at(
             pending,
             policy,
             selector,
             request,
             hashes,
-            Filling::given(rows),
+            rows,
+            &mut [],
             id,
             now_ms,
         )
@@ -537,16 +530,6 @@ struct Filling<'a> {
     rows: &'a mut [Row],
     places: &'a mut [Place],
     fleet: bool,
-}
-
-impl<'a> Filling<'a> {
-    fn given(rows: &'a mut [Row]) -> Self {
-        Self {
-            rows,
-            places: &mut [],
-            fleet: false,
-        }
-    }
 }
 
 /// Adds the request's new blocks on a row's worker (those not in its device memory) to the
