@@ -280,3 +280,68 @@ fn rows_stay_in_canonical_order() {
     assert!(fleet.rows().windows(2).all(|p| p[0].worker < p[1].worker));
     assert_eq!(fleet.len(), 11);
 }
+
+/// Approximate mode with places beside the rows routes as without them: the same picks, the
+/// same predictions recorded (they steer the later picks).
+#[test]
+fn predicting_with_places_routes_as_without() {
+    let (mut a, mut b) = (router(), router());
+    let mut predictions = [0, 1].map(|_| {
+        NoPredictions::new(
+            vec![PredictionSlot::empty(); 256],
+            vec![PredictionRecord::default(); 128],
+            40,
+        )
+        .unwrap()
+    });
+    let mut workers: Vec<WorkerKey> = (0..6).map(|w| WorkerKey::new(w * 16, 0)).collect();
+    for &w in &workers {
+        a.ledger.add_worker(w).unwrap();
+        b.ledger.add_worker(w).unwrap();
+    }
+    let policy = DefaultKnobs::default().build().unwrap();
+    let (mut sel_a, mut sel_b) = (Selector::<16>::new(), Selector::<16>::new());
+    let mut places = [Place::empty(); 6];
+    let [pa, pb] = &mut predictions;
+    for id in 0..300u64 {
+        // Now and then the host lists its workers in another order: every place then points
+        // at another worker's slots.
+        if id % 50 == 49 {
+            workers.rotate_left(1);
+        }
+        let hashes: Vec<u64> = (0..=id % 7).map(|b| (id % 5) * 100 + b).collect();
+        let request = Request::new(16 * hashes.len() as u64, 16);
+        let mut rows_a: Vec<Row> = workers.iter().map(|&w| Row::new(w)).collect();
+        let mut rows_b = rows_a.clone();
+        let now = id * 3;
+        let without = a.route_predicting(
+            pa,
+            &policy,
+            &mut sel_a,
+            &request,
+            &hashes,
+            &mut rows_a,
+            id,
+            now,
+        );
+        let with = b.route_predicting_placed(
+            pb,
+            &policy,
+            &mut sel_b,
+            &request,
+            &hashes,
+            &mut rows_b,
+            &mut places,
+            id,
+            now,
+        );
+        assert_eq!(without, with, "request {id}");
+        assert_eq!(rows_a, rows_b, "request {id}");
+        if id >= 2 {
+            let freed = a.ledger.free(id - 2);
+            assert_eq!(freed, b.ledger.free(id - 2));
+            assert_eq!(freed, Ok(()), "request {}", id - 2);
+        }
+    }
+    assert_eq!(pa.len(), pb.len());
+}

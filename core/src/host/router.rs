@@ -468,8 +468,47 @@ where
         M: AsRef<[PredictionSlot]> + AsMut<[PredictionSlot]>,
         Q: AsRef<[PredictionRecord]> + AsMut<[PredictionRecord]>,
     {
+        self.route_predicting_placed(
+            predictions,
+            policy,
+            selector,
+            request,
+            hashes,
+            rows,
+            &mut [],
+            id,
+            now,
+        )
+    }
+
+    /// [`Router::route_predicting`] with `places` beside the rows (see
+    /// [`Router::route_placed`]).
+    ///
+    /// # Errors
+    ///
+    /// As [`Router::route_predicting`].
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "route_predicting's arguments plus the places"
+    )]
+    pub fn route_predicting_placed<F: Filters, S: Scorers, P: Picker, M, Q, const N: usize>(
+        &mut self,
+        predictions: &mut Predictions<M, Q>,
+        policy: &Policy<F, S, P>,
+        selector: &mut Selector<N>,
+        request: &Request<'_>,
+        hashes: &[u64],
+        rows: &mut [Row],
+        places: &mut [Place],
+        id: u64,
+        now: u64,
+    ) -> Result<Selection, RouteError>
+    where
+        M: AsRef<[PredictionSlot]> + AsMut<[PredictionSlot]>,
+        Q: AsRef<[PredictionRecord]> + AsMut<[PredictionRecord]>,
+    {
         predictions.expire(&mut self.index, now);
-        let selection = self.route(policy, selector, request, hashes, rows, id)?;
+        let selection = self.route_placed(policy, selector, request, hashes, rows, places, id)?;
         let _ = predictions.record(&mut self.index, selection.worker, hashes, now);
         Ok(selection)
     }

@@ -428,12 +428,11 @@ fn route_any<const W: usize>(
             });
         }
     };
-    // Approximate mode's untimed routes (predictions expiring in the TTL's own unit) hash every
-    // worker: `route_predicting` takes no places.
     macro_rules! go {
         ($s:expr, $p:expr) => {
             match predictions {
-                Some(pr) => router.route_predicting(pr, $p, $s, request, hashes, rows, id, now),
+                Some(pr) => router
+                    .route_predicting_placed(pr, $p, $s, request, hashes, rows, places, id, now),
                 None => router.route_placed($p, $s, request, hashes, rows, places, id),
             }
         };
