@@ -202,8 +202,9 @@ pub enum KvEvent<'a> {
 /// How many of a query's blocks are looked up ahead of counting.
 const FIND_AHEAD: usize = 16;
 
-/// Vertical (bit-sliced) counters: bit `w` of plane `p` is bit `p` of worker `w`'s count, so
-/// adding one to every worker in a mask is a ripple carry over a few words.
+/// Vertical (bit-sliced) counters, for the host and disk tiers: bit `w` of plane `p` is bit
+/// `p` of worker `w`'s count, so adding one to every worker in a mask is a ripple carry over a
+/// few words. The device tier needs none: see [`PrefixIndex::query`].
 const PLANES: usize = 32;
 
 /// Per-worker overlap counts of one query, per tier: the caller-owned scratch of
@@ -211,7 +212,8 @@ const PLANES: usize = 32;
 #[derive(Clone)]
 pub struct Overlaps<const WORDS: usize> {
     planes: [[[u64; WORDS]; PLANES]; 3],
-    /// The planes transposed once per query: `counts[tier][word][bit]`.
+    /// Per-worker counts, `counts[tier][word][bit]`: host and disk transposed from their
+    /// planes once per query, device the worker's prefix length less those two.
     counts: [[[u32; 64]; WORDS]; 3],
     /// Highest plane any counter reached, per tier (planes above it are zero).
     top: [usize; 3],
@@ -267,6 +269,7 @@ impl<const WORDS: usize> Overlaps<WORDS> {
             }
         }
         self.top = [0; 3];
+        self.counts[0] = [[0; 64]; WORDS];
         self.has_tier_matches = false;
         self.matched = 0;
     }
@@ -290,9 +293,50 @@ impl<const WORDS: usize> Overlaps<WORDS> {
         }
     }
 
-    /// Transposes the planes into per-worker counts: one pass over the set bits.
+    /// Records that the workers in `dropped` held exactly the first `n` blocks: their prefix
+    /// length, in the device tier's counts until [`Overlaps::finish`] subtracts the other
+    /// tiers. Each worker drops once per query, so this runs once per worker that held the
+    /// first block, however long the prefix.
+    #[inline]
+    fn held_first(&mut self, word: usize, dropped: u64, n: usize) {
+        let mut bits = dropped;
+        #[allow(
+            clippy::cast_possible_truncation,
+            reason = "a prompt has fewer than 2^32 blocks"
+        )]
+        while bits != 0 {
+            self.counts[0][word][bits.trailing_zeros() as usize] = n as u32;
+            bits &= bits - 1;
+        }
+    }
+
+    /// Turns the prefix lengths and the host and disk planes into per-tier counts: every block
+    /// of a worker's prefix is in exactly one tier, so its device count is its prefix length
+    /// less its host and disk counts.
+    fn finish(&mut self) {
+        for t in 1..3 {
+            for w in 0..WORDS {
+                self.counts[t][w] = [0; 64];
+            }
+        }
+        if self.top[1] == 0
+            && self.top[2] == 0
+            && self.planes[1][0] == [0; WORDS]
+            && self.planes[2][0] == [0; WORDS]
+        {
+            return;
+        }
+        self.transpose();
+        for w in 0..WORDS {
+            for b in 0..64 {
+                self.counts[0][w][b] -= self.counts[1][w][b] + self.counts[2][w][b];
+            }
+        }
+    }
+
+    /// Transposes the host and disk planes into per-worker counts: one pass over the set bits.
     fn transpose(&mut self) {
-        for t in 0..3 {
+        for t in 1..3 {
             for w in 0..WORDS {
                 self.counts[t][w] = [0; 64];
                 for p in 0..=self.top[t] {
@@ -626,6 +670,9 @@ where
     /// Counts, for every worker, the leading blocks of `hashes` it holds, per tier, into `out`.
     pub fn query(&self, hashes: &[u64], out: &mut Overlaps<WORDS>) {
         out.reset();
+        // The workers that hold every block so far. A worker's count is the length of its
+        // prefix, recorded once when it drops out (`Overlaps::held_first`), and split by tier
+        // at the end: only blocks held beyond device memory are counted per block.
         let mut active = [u64::MAX; WORDS];
         // The blocks are found a chunk at a time: the finds are independent, so their cache
         // misses overlap instead of each waiting behind the counting of the block before.
@@ -642,49 +689,56 @@ where
             };
             let BlockEntry { held, rows, .. } = self.blocks.value(i);
             let (mut any, mut real) = (0, 0);
-            let (mut device, mut host, mut disk) = ([0; WORDS], [0; WORDS], [0; WORDS]);
-            if *rows == 1 {
+            let (mut next, mut host, mut disk) = ([0; WORDS], [0; WORDS], [0; WORDS]);
+            let device_only = *rows == 1;
+            if device_only {
                 // Held in device memory only (the common case): the other rows are zeros, so
                 // the loop below reduces to this one, which reads one row instead of four.
                 for w in 0..WORDS {
                     real |= held[0][w];
-                    active[w] &= held[0][w];
-                    device[w] = active[w];
-                    any |= active[w];
+                    next[w] = active[w] & held[0][w];
+                    any |= next[w];
                 }
-                if n == 0 {
-                    out.has_tier_matches = real != 0;
+            } else {
+                for w in 0..WORDS {
+                    // A prediction (row 3) counts as device memory: the router sent the prefix
+                    // there.
+                    let fast = held[0][w] | held[3][w];
+                    real |= held[0][w] | held[1][w] | held[2][w];
+                    next[w] = active[w] & (fast | held[1][w] | held[2][w]);
+                    host[w] = next[w] & held[1][w] & !fast;
+                    disk[w] = next[w] & held[2][w] & !fast & !held[1][w];
+                    any |= next[w];
                 }
-                if any == 0 {
-                    break;
-                }
-                out.matched = n + 1;
-                out.add(0, &device);
-                continue;
-            }
-            for w in 0..WORDS {
-                // A prediction (row 3) counts as device memory: the router sent the prefix there.
-                let fast = held[0][w] | held[3][w];
-                real |= held[0][w] | held[1][w] | held[2][w];
-                active[w] &= fast | held[1][w] | held[2][w];
-                device[w] = active[w] & fast;
-                host[w] = active[w] & held[1][w] & !fast;
-                disk[w] = active[w] & held[2][w] & !fast & !held[1][w];
-                any |= active[w];
             }
             if n == 0 {
-                // Tier matches come from KV events only, not from predictions.
+                // Tier matches come from KV events only, not from predictions. Workers without
+                // the first block keep the count 0 they start with.
                 out.has_tier_matches = real != 0;
+            } else {
+                for w in 0..WORDS {
+                    let dropped = active[w] & !next[w];
+                    if dropped != 0 {
+                        out.held_first(w, dropped, n);
+                    }
+                }
             }
+            active = next;
             if any == 0 {
                 break;
             }
             out.matched = n + 1;
-            out.add(0, &device);
-            out.add(1, &host);
-            out.add(2, &disk);
+            if !device_only {
+                out.add(1, &host);
+                out.add(2, &disk);
+            }
         }
-        out.transpose();
+        if out.matched > 0 {
+            for (w, &bits) in active.iter().enumerate() {
+                out.held_first(w, bits, out.matched);
+            }
+        }
+        out.finish();
     }
 
     /// The overlap `(device, host, disk)` of `worker` in `overlaps`, `None` for an unknown worker.
