@@ -211,12 +211,13 @@ const PLANES: usize = 32;
 /// [`PrefixIndex::query`].
 #[derive(Clone)]
 pub struct Overlaps<const WORDS: usize> {
-    planes: [[[u64; WORDS]; PLANES]; 3],
+    /// The host and disk tiers' bit-sliced counters (`planes[tier - 1]`).
+    planes: [[[u64; WORDS]; PLANES]; 2],
     /// Per-worker counts, `counts[tier][word][bit]`: host and disk transposed from their
     /// planes once per query, device the worker's prefix length less those two.
     counts: [[[u32; 64]; WORDS]; 3],
-    /// Highest plane any counter reached, per tier (planes above it are zero).
-    top: [usize; 3],
+    /// Highest plane any counter reached, for host and disk (planes above it are zero).
+    top: [usize; 2],
     has_tier_matches: bool,
     matched: usize,
 }
@@ -241,9 +242,9 @@ impl<const WORDS: usize> Overlaps<WORDS> {
     #[must_use]
     pub const fn new() -> Self {
         Self {
-            planes: [[[0; WORDS]; PLANES]; 3],
+            planes: [[[0; WORDS]; PLANES]; 2],
             counts: [[[0; 64]; WORDS]; 3],
-            top: [0; 3],
+            top: [0; 2],
             has_tier_matches: false,
             matched: 0,
         }
@@ -268,27 +269,28 @@ impl<const WORDS: usize> Overlaps<WORDS> {
                 *plane = [0; WORDS];
             }
         }
-        self.top = [0; 3];
+        self.top = [0; 2];
         self.counts[0] = [[0; 64]; WORDS];
         self.has_tier_matches = false;
         self.matched = 0;
     }
 
-    /// Adds one to the count of every worker in `mask`, for `tier`.
+    /// Adds one to the count of every worker in `mask`, for `tier` (1, host, or 2, disk).
     #[inline]
     fn add(&mut self, tier: usize, mask: &[u64; WORDS]) {
+        let (planes, top) = (&mut self.planes[tier - 1], &mut self.top[tier - 1]);
         for (w, &bits) in mask.iter().enumerate() {
             let mut carry = bits;
             let mut p = 0;
             while carry != 0 && p < PLANES {
-                let plane = &mut self.planes[tier][p][w];
+                let plane = &mut planes[p][w];
                 let sum = *plane ^ carry;
                 carry &= *plane;
                 *plane = sum;
                 p += 1;
             }
-            if p > 0 && p - 1 > self.top[tier] {
-                self.top[tier] = p - 1;
+            if p > 0 && p - 1 > *top {
+                *top = p - 1;
             }
         }
     }
@@ -314,16 +316,10 @@ impl<const WORDS: usize> Overlaps<WORDS> {
     /// of a worker's prefix is in exactly one tier, so its device count is its prefix length
     /// less its host and disk counts.
     fn finish(&mut self) {
-        for t in 1..3 {
-            for w in 0..WORDS {
-                self.counts[t][w] = [0; 64];
-            }
-        }
-        if self.top[1] == 0
-            && self.top[2] == 0
-            && self.planes[1][0] == [0; WORDS]
-            && self.planes[2][0] == [0; WORDS]
-        {
+        if self.top == [0; 2] && self.planes.iter().all(|planes| planes[0] == [0; WORDS]) {
+            // Every block in device memory: no host or disk count, device is the prefix.
+            self.counts[1] = [[0; 64]; WORDS];
+            self.counts[2] = [[0; 64]; WORDS];
             return;
         }
         self.transpose();
@@ -339,8 +335,8 @@ impl<const WORDS: usize> Overlaps<WORDS> {
         for t in 1..3 {
             for w in 0..WORDS {
                 self.counts[t][w] = [0; 64];
-                for p in 0..=self.top[t] {
-                    let mut bits = self.planes[t][p][w];
+                for p in 0..=self.top[t - 1] {
+                    let mut bits = self.planes[t - 1][p][w];
                     while bits != 0 {
                         self.counts[t][w][bits.trailing_zeros() as usize] |= 1 << p;
                         bits &= bits - 1;
