@@ -165,10 +165,9 @@ impl<K: TableKey, V: Copy + Default, S: AsRef<[Slot<K, V>]> + AsMut<[Slot<K, V>]
 
     /// The slot holding `key`, tried first at `*hint` (where it was found before) and found by
     /// its hash only when it is not there (or without a hint); `*hint` is then updated
-    /// (`u32::MAX` when absent). The
-    /// check at the hint is one read and one comparison that almost always succeed, so a caller
-    /// that keeps hints skips the hash and the probe's unpredictable branch. A hint from anywhere
-    /// is safe: a slot is used by its key only.
+    /// (`u32::MAX` when absent). The check at the hint is one read and one comparison that
+    /// almost always succeed, so a caller that keeps hints skips the hash and the probe's
+    /// unpredictable branch. A hint from anywhere is safe: a slot is used by its key only.
     #[inline]
     pub(crate) fn find_hinted(&self, key: K, hint: Option<&mut u32>) -> Option<usize> {
         let Some(hint) = hint else {
