@@ -5,8 +5,9 @@ use std::hint::black_box;
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use libroute_core::{
-    BlockSlot, DefaultKnobs, Fleet, KvEvent, Ledger, LoadSlot, Overlaps, Place, PrefixIndex,
-    Request, RequestSlot, Router, Row, Selector, TaintSet, Tier, WorkerKey, WorkerSlot,
+    BlockSlot, DefaultKnobs, Fleet, FleetPlace, KvEvent, Ledger, LoadSlot, Overlaps, Place,
+    PrefixIndex, Request, RequestSlot, Router, Row, Selector, TaintSet, Tier, WorkerKey,
+    WorkerSlot,
 };
 
 /// A 256-block prompt; worker `w` of 64 holds its first `4w` blocks, tiers rotating by position.
@@ -199,7 +200,7 @@ macro_rules! route_bench {
         // found where they were last time instead of by hashing.
         let mut fleet = Fleet::new(
             vec![Row::default(); rows.len()],
-            vec![Place::empty(); rows.len()],
+            vec![FleetPlace::empty(); rows.len()],
         )
         .unwrap();
         for w in 0..workers {

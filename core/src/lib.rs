@@ -108,9 +108,9 @@ pub use host::{
     WireEvent, WireProblem,
 };
 pub use host::{
-    BlockEntry, BlockHasher, BlockSlot, Fleet, FleetError, HashError, IndexCounters, IndexError,
-    KvEvent, Ledger, LedgerCounters, LedgerError, LedgerEvent, LoadSlot, Overlaps, Place,
-    PredictionKey, PredictionRecord, PredictionSlot, Predictions, PrefixIndex, RequestEntry,
+    BlockEntry, BlockHasher, BlockSlot, Fleet, FleetError, FleetPlace, HashError, IndexCounters,
+    IndexError, KvEvent, Ledger, LedgerCounters, LedgerError, LedgerEvent, LoadSlot, Overlaps,
+    Place, PredictionKey, PredictionRecord, PredictionSlot, Predictions, PrefixIndex, RequestEntry,
     RequestSlot, RouteError, Router, Slot, StorageError, TableKey, Tier, WorkerLoad, WorkerSlot,
     WorkerState,
 };

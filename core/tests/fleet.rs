@@ -13,7 +13,7 @@ use proptest::prelude::*;
 
 type TestRouter =
     Router<Vec<BlockSlot<1>>, Vec<WorkerSlot>, Vec<RequestSlot>, Vec<LoadSlot>, Vec<u64>, 1>;
-type TestFleet = Fleet<Vec<Row>, Vec<Place>>;
+type TestFleet = Fleet<Vec<Row>, Vec<FleetPlace>>;
 type NoPredictions = Predictions<Vec<PredictionSlot>, Vec<PredictionRecord>>;
 
 fn router() -> TestRouter {
@@ -51,6 +51,9 @@ enum Op {
     Route(Vec<u64>, usize, bool),
     Complete(usize),
     Free(usize),
+    /// Bookings (`true`) and frees relayed by another replica, on these workers: sometimes more
+    /// load changes between two routes than a ledger remembers by worker.
+    Relay(Vec<(u64, bool)>),
 }
 
 fn worker() -> impl Strategy<Value = u64> {
@@ -70,6 +73,7 @@ fn op() -> impl Strategy<Value = Op> {
         6 => (hashes, 0usize..3, any::<bool>()).prop_map(|(h, p, t)| Op::Route(h, p, t)),
         2 => (0usize..64).prop_map(Op::Complete),
         2 => (0usize..64).prop_map(Op::Free),
+        1 => prop::collection::vec((worker(), any::<bool>()), 1..90).prop_map(Op::Relay),
     ]
 }
 
@@ -142,13 +146,14 @@ proptest! {
         // The third routes over rows built each time with places kept beside them (fewer
         // places than rows at times: the rows beyond them are looked up by hashing).
         let mut places = [Place::empty(); 6];
-        let mut fleet = Fleet::new(vec![Row::default(); 8], vec![Place::empty(); 8]).unwrap();
+        let mut fleet = Fleet::new(vec![Row::default(); 8], vec![FleetPlace::empty(); 8]).unwrap();
         let (mut sel_a, mut sel_b, mut sel_c) = (Selector::<16>::new(), Selector::<16>::new(), Selector::<16>::new());
         let default = DefaultKnobs::default().build().unwrap();
         let ttft = catalog(r#"{"type": "ttft"}"#);
         let round_robin = catalog(r#"{"type": "round_robin"}"#);
         let mut booked: Vec<u64> = Vec::new();
         let (mut next_id, mut now) = (0u64, 0.0f64);
+        let (mut relayed, mut relayed_open) = (0u64, Vec::new());
         for op in ops {
             match op {
                 Op::AddWorker(w, tainted) => {
@@ -220,6 +225,21 @@ proptest! {
                     prop_assert_eq!(freed, c.ledger.free(id));
                 }
                 Op::Complete(_) | Op::Free(_) => {}
+                Op::Relay(events) => {
+                    for (w, book) in events {
+                        relayed += 1;
+                        // Ids of their own, far above the routes'; a free frees the latest.
+                        let event = if book || relayed_open.is_empty() {
+                            relayed_open.push(1 << 40 | relayed);
+                            LedgerEvent::Booked { id: 1 << 40 | relayed, worker: WorkerKey::new(w, 0), prefill_tokens: 100 + relayed, blocks: 1 + relayed % 5 }
+                        } else {
+                            LedgerEvent::Freed { id: relayed_open.pop().unwrap() }
+                        };
+                        for r in [&mut a, &mut b, &mut c] {
+                            r.ledger.apply(&event);
+                        }
+                    }
+                }
             }
         }
     }
@@ -228,14 +248,14 @@ proptest! {
 #[test]
 fn storage_of_different_lengths_is_refused() {
     assert_eq!(
-        Fleet::new(vec![Row::default(); 4], vec![Place::empty(); 3]).unwrap_err(),
+        Fleet::new(vec![Row::default(); 4], vec![FleetPlace::empty(); 3]).unwrap_err(),
         FleetError::StorageMismatch { rows: 4, places: 3 }
     );
 }
 
 #[test]
 fn a_full_fleet_and_unknown_workers_are_errors_that_change_nothing() {
-    let mut fleet = Fleet::new([Row::default(); 2], [Place::empty(); 2]).unwrap();
+    let mut fleet = Fleet::new([Row::default(); 2], [FleetPlace::empty(); 2]).unwrap();
     let (a, b, c) = (
         WorkerKey::new(3, 0),
         WorkerKey::new(1, 0),
@@ -271,7 +291,7 @@ fn a_full_fleet_and_unknown_workers_are_errors_that_change_nothing() {
 /// A seeded selection over a fleet's rows needs no sort: they are in canonical order.
 #[test]
 fn rows_stay_in_canonical_order() {
-    let mut fleet = Fleet::new(vec![Row::default(); 64], vec![Place::empty(); 64]).unwrap();
+    let mut fleet = Fleet::new(vec![Row::default(); 64], vec![FleetPlace::empty(); 64]).unwrap();
     for w in [40u64, 3, 17, 3, 60, 1, 17, 22] {
         let _ = fleet.add(WorkerKey::new(w, 0), TaintSet::EMPTY);
         let _ = fleet.add(WorkerKey::new(w, 1), TaintSet::EMPTY);
@@ -344,4 +364,67 @@ fn predicting_with_places_routes_as_without() {
         }
     }
     assert_eq!(pa.len(), pb.len());
+}
+
+/// A fleet keeps loads and index bits between routes only for the ledger and index it read them
+/// from: another ledger or index put in the router's place, even one that has made as many
+/// changes, is read afresh.
+#[test]
+fn another_ledger_or_index_is_read_afresh() {
+    let (w1, w2) = (WorkerKey::new(1, 0), WorkerKey::new(2, 0));
+    let mut kept = router();
+    let mut fleet = Fleet::new(vec![Row::default(); 4], vec![FleetPlace::empty(); 4]).unwrap();
+    let policy = DefaultKnobs::default().build().unwrap();
+    let mut selector = Selector::<16>::new();
+    // w1 holds the prompt's blocks and gets the first bit.
+    for (w, hashes) in [(w1, &[1u64, 2][..]), (w2, &[9][..])] {
+        kept.ledger.add_worker(w).unwrap();
+        fleet.add(w, TaintSet::EMPTY).unwrap();
+        let e = KvEvent::Stored {
+            worker: w,
+            tier: Tier::Device,
+            hashes,
+        };
+        kept.index.apply(&e).unwrap();
+    }
+    kept.ledger.book(100, w1, 500, 3).unwrap();
+    let request = Request::new(40, 16);
+    let mut route = |router: &mut TestRouter, fleet: &mut TestFleet, id| {
+        router
+            .route_fleet(fleet, &policy, &mut selector, &request, &[1, 2, 3], id)
+            .unwrap();
+        router.ledger.free(id).unwrap();
+        (
+            fleet.get(w1).copied().unwrap(),
+            fleet.get(w2).copied().unwrap(),
+        )
+    };
+    let (r1, _) = route(&mut kept, &mut fleet, 1);
+    assert_eq!(r1.cache().device_blocks, 2);
+    assert_eq!(r1.load().active_prefill_tokens, 500);
+    // The same workers in another ledger, with as many changes made (two workers added, one
+    // booking on w2 instead of w1, and the route's booking and free): its loads are read.
+    let mut other = router();
+    other.ledger.add_worker(w1).unwrap();
+    other.ledger.add_worker(w2).unwrap();
+    other.ledger.book(100, w2, 700, 3).unwrap();
+    other.ledger.book(1, w2, 1, 1).unwrap();
+    other.ledger.free(1).unwrap();
+    core::mem::swap(&mut kept.ledger, &mut other.ledger);
+    let (r1, r2) = route(&mut kept, &mut fleet, 2);
+    assert_eq!(r1.load().active_prefill_tokens, 0);
+    assert_eq!(r2.load().active_prefill_tokens, 700);
+    // An index that gave the same two bits the other way round: its bits are read.
+    for (w, hashes) in [(w2, &[9u64][..]), (w1, &[1, 2][..])] {
+        let e = KvEvent::Stored {
+            worker: w,
+            tier: Tier::Device,
+            hashes,
+        };
+        other.index.apply(&e).unwrap();
+    }
+    core::mem::swap(&mut kept.index, &mut other.index);
+    let (r1, r2) = route(&mut kept, &mut fleet, 3);
+    assert_eq!(r1.cache().device_blocks, 2);
+    assert_eq!(r2.cache().device_blocks, 0);
 }

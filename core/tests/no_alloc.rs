@@ -146,7 +146,7 @@ fn index_ledger_and_router_do_not_allocate_after_construction() {
     let policy = DefaultKnobs::default().build().unwrap();
     let mut selector = Box::new(Selector::<64>::new());
     let mut rows: Vec<Row> = workers.iter().map(|&w| Row::new(w)).collect();
-    let mut fleet = Fleet::new(vec![Row::default(); 64], vec![Place::empty(); 64]).unwrap();
+    let mut fleet = Fleet::new(vec![Row::default(); 64], vec![FleetPlace::empty(); 64]).unwrap();
     for &w in &workers {
         fleet.add(w, TaintSet::EMPTY).unwrap();
     }

@@ -11,9 +11,9 @@ use std::collections::HashMap;
 
 use arbitrary::{Arbitrary, Unstructured};
 use libroute_core::{
-    BlockSlot, DefaultKnobs, Fleet, KvEvent, Ledger, LedgerError, LedgerEvent, LoadSlot, Overlaps,
-    Place, PrefixIndex, Request, RequestSlot, RouteError, Router, Row, Selector, TaintSet, Tier,
-    WorkerKey, WorkerLoad, WorkerSlot,
+    BlockSlot, DefaultKnobs, Fleet, FleetPlace, KvEvent, Ledger, LedgerError, LedgerEvent,
+    LoadSlot, Overlaps, Place, PrefixIndex, Request, RequestSlot, RouteError, Router, Row,
+    Selector, TaintSet, Tier, WorkerKey, WorkerLoad, WorkerSlot,
 };
 
 use crate::common;
@@ -152,7 +152,7 @@ pub fn run(data: &[u8]) {
     for w in 0..WORKERS {
         router.ledger.add_worker(WorkerKey::new(w, 0)).unwrap();
     }
-    let mut fleet = Fleet::new(vec![Row::default(); 16], vec![Place::empty(); 16]).unwrap();
+    let mut fleet = Fleet::new(vec![Row::default(); 16], vec![FleetPlace::empty(); 16]).unwrap();
     for w in 0..=WORKERS {
         fleet.add(WorkerKey::new(w, 0), TaintSet::EMPTY).unwrap();
     }

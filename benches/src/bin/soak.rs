@@ -29,8 +29,9 @@ use std::time::Instant;
 
 use libroute_benches::sim::Synthetic;
 use libroute_core::{
-    BlockSlot, DefaultKnobs, Fleet, KvEvent, Ledger, LedgerEvent, LoadSlot, Place, PrefixIndex,
-    Request, RequestSlot, Router, Row, Selector, TaintSet, Tier, WorkerKey, WorkerLoad, WorkerSlot,
+    BlockSlot, DefaultKnobs, Fleet, FleetPlace, KvEvent, Ledger, LedgerEvent, LoadSlot,
+    PrefixIndex, Request, RequestSlot, Router, Row, Selector, TaintSet, Tier, WorkerKey,
+    WorkerLoad, WorkerSlot,
 };
 
 const WORKERS: u64 = 32;
@@ -133,7 +134,7 @@ fn soak(args: &[String]) -> Result<(), String> {
     let mut rows: Vec<Row> = workers.iter().map(|&w| Row::new(w)).collect();
     let mut fleet = Fleet::new(
         vec![Row::default(); workers.len()],
-        vec![Place::empty(); workers.len()],
+        vec![FleetPlace::empty(); workers.len()],
     )
     .map_err(|e| e.to_string())?;
     for &w in &workers {

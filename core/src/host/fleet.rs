@@ -11,11 +11,13 @@
 
 use core::fmt;
 
+use crate::host::version::Version;
 use crate::vocab::{Row, TaintSet, WorkerKey};
 
-/// Where a fleet's worker was found in the router's tables last time: slot positions, checked
-/// against the worker's key before use, so a stale one costs a lookup and nothing else. Storage
-/// for a [`Fleet`] is filled with [`Place::empty`].
+/// Where a worker was found in the router's tables last time: slot positions, checked against
+/// the worker's key before use, so a stale one costs a lookup and nothing else. Kept beside the
+/// host's rows for [`Router::route_placed`](crate::Router::route_placed), filled with
+/// [`Place::empty`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Place {
     pub(crate) index: u32,
@@ -37,6 +39,73 @@ impl Default for Place {
     fn default() -> Self {
         Self::empty()
     }
+}
+
+/// What a [`Fleet`] keeps beside each row: the worker's [`Place`], and its index bit and decode
+/// blocks as the router last read them, trusted only while the fleet knows that index and ledger
+/// have not changed them. Storage for a fleet is filled with [`FleetPlace::empty`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FleetPlace {
+    pub(crate) place: Place,
+    /// The worker's bit in the index, [`NO_BIT`] when the index does not know it.
+    pub(crate) bit: u32,
+    /// The worker's active decode blocks in the ledger, before a route adds its own.
+    pub(crate) decode: u64,
+}
+
+/// A [`FleetPlace`]'s bit when the index does not know the worker.
+pub(crate) const NO_BIT: u32 = u32::MAX;
+
+impl FleetPlace {
+    /// Nothing known yet.
+    #[must_use]
+    pub const fn empty() -> Self {
+        Self {
+            place: Place::empty(),
+            bit: NO_BIT,
+            decode: 0,
+        }
+    }
+}
+
+impl Default for FleetPlace {
+    fn default() -> Self {
+        Self::empty()
+    }
+}
+
+/// A [`Place`], alone or in a [`FleetPlace`], as the router's row loop fills it.
+pub(crate) trait Hints {
+    /// Whether it is a fleet's: its rows lose the groups the policy does not read, and what was
+    /// read is kept.
+    const FLEET: bool;
+    /// The place, and for a fleet's, where the bit and the decode blocks read are kept.
+    fn split(&mut self) -> (&mut Place, Option<(&mut u32, &mut u64)>);
+}
+
+impl Hints for Place {
+    const FLEET: bool = false;
+    #[inline]
+    fn split(&mut self) -> (&mut Place, Option<(&mut u32, &mut u64)>) {
+        (self, None)
+    }
+}
+
+impl Hints for FleetPlace {
+    const FLEET: bool = true;
+    #[inline]
+    fn split(&mut self) -> (&mut Place, Option<(&mut u32, &mut u64)>) {
+        (&mut self.place, Some((&mut self.bit, &mut self.decode)))
+    }
+}
+
+/// Which states of the index and the ledger a fleet's places and rows were read from: the bits
+/// in its places are the index's in state `bits`, and its rows' LOAD inputs (with the places'
+/// decode blocks) the ledger's in state `loads`. `None`: not read, or no longer trusted.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Seen {
+    pub(crate) bits: Option<Version>,
+    pub(crate) loads: Option<Version>,
 }
 
 /// Why a [`Fleet`] refused a call. Nothing changed.
@@ -89,7 +158,7 @@ impl core::error::Error for FleetError {}
 
 /// The workers a [`Router`](crate::Router) routes to, as candidate rows it keeps between routes,
 /// over caller storage: `rows` and `places` of the same length (the capacity), for example
-/// `vec![Row::default(); n]` and `vec![Place::empty(); n]`, or arrays.
+/// `vec![Row::default(); n]` and `vec![FleetPlace::empty(); n]`, or arrays.
 ///
 /// The host adds a worker with its taints and removes it when it leaves, marks it overloaded or
 /// not, and routes with [`Router::route_fleet`](crate::Router::route_fleet), which writes every
@@ -102,7 +171,7 @@ impl core::error::Error for FleetError {}
 /// ```
 /// use libroute_core::*;
 ///
-/// let mut fleet = Fleet::new(vec![Row::default(); 8], vec![Place::empty(); 8]).unwrap();
+/// let mut fleet = Fleet::new(vec![Row::default(); 8], vec![FleetPlace::empty(); 8]).unwrap();
 /// fleet.add(WorkerKey::new(2, 0), TaintSet::EMPTY).unwrap();
 /// fleet.add(WorkerKey::new(1, 0), TaintSet::EMPTY).unwrap();
 /// assert_eq!(fleet.rows()[0].worker, WorkerKey::new(1, 0)); // canonical order
@@ -116,6 +185,7 @@ pub struct Fleet<Rs, Ps> {
     rows: Rs,
     places: Ps,
     len: usize,
+    seen: Seen,
 }
 
 impl<Rs, Ps> fmt::Debug for Fleet<Rs, Ps> {
@@ -129,7 +199,7 @@ impl<Rs, Ps> fmt::Debug for Fleet<Rs, Ps> {
 impl<Rs, Ps> Fleet<Rs, Ps>
 where
     Rs: AsRef<[Row]> + AsMut<[Row]>,
-    Ps: AsRef<[Place]> + AsMut<[Place]>,
+    Ps: AsRef<[FleetPlace]> + AsMut<[FleetPlace]>,
 {
     /// An empty fleet over `rows` and `places`, which must have the same length: the most
     /// workers it holds.
@@ -146,6 +216,7 @@ where
             rows,
             places,
             len: 0,
+            seen: Seen::default(),
         })
     }
 
@@ -206,8 +277,10 @@ where
         rows[0] = Row::new(worker).with_taints(taints);
         let places = &mut self.places.as_mut()[at..end];
         places.rotate_right(1);
-        places[0] = Place::empty();
+        places[0] = FleetPlace::empty();
         self.len = end;
+        // The new row has read nothing yet: the next route reads every row.
+        self.seen = Seen::default();
         Ok(())
     }
 
@@ -259,12 +332,13 @@ where
         Ok(&mut self.rows.as_mut()[at])
     }
 
-    /// The rows and their places, for the router to fill.
-    pub(crate) fn parts(&mut self) -> (&mut [Row], &mut [Place]) {
+    /// The rows, their places and what they were read from, for the router to fill.
+    pub(crate) fn parts(&mut self) -> (&mut [Row], &mut [FleetPlace], &mut Seen) {
         let len = self.len;
         (
             &mut self.rows.as_mut()[..len],
             &mut self.places.as_mut()[..len],
+            &mut self.seen,
         )
     }
 }

@@ -12,8 +12,9 @@ pub(crate) mod ledger;
 pub(crate) mod predict;
 mod router;
 pub(crate) mod table;
+pub(crate) mod version;
 
-pub use fleet::{Fleet, FleetError, Place};
+pub use fleet::{Fleet, FleetError, FleetPlace, Place};
 pub use hashing::{BlockHasher, HashError};
 pub use index::{
     BlockEntry, BlockSlot, IndexCounters, IndexError, KvEvent, Overlaps, PrefixIndex, Tier,

@@ -4,8 +4,8 @@ use core::fmt;
 
 use crate::engine::{Filters, Picker, Scorers};
 use crate::engine::{Policy, SelectError, Selection, Selector};
-use crate::host::fleet::{Fleet, Place};
-use crate::host::index::{BlockSlot, Overlaps, PrefixIndex, WorkerSlot, clear_cache};
+use crate::host::fleet::{Fleet, FleetPlace, Hints, NO_BIT, Place, Seen};
+use crate::host::index::{BlockSlot, Overlaps, PrefixIndex, WorkerSlot, clear_cache, write_cache};
 use crate::host::ledger::{Ledger, LedgerError, LoadSlot, RequestSlot};
 use crate::host::predict::{PredictionRecord, PredictionSlot, Predictions};
 use crate::vocab::WorkerInputs;
@@ -189,11 +189,7 @@ where
         places: &mut [Place],
         id: u64,
     ) -> Result<Selection, RouteError> {
-        let rows = Filling {
-            rows,
-            places,
-            fleet: false,
-        };
+        let rows = Filling::Host(rows, places);
         self.route_inner(policy, selector, request, hashes, rows, id, None)
     }
 
@@ -222,11 +218,7 @@ where
         M: AsRef<[PredictionSlot]> + AsMut<[PredictionSlot]>,
         Q: AsRef<[PredictionRecord]> + AsMut<[PredictionRecord]>,
     {
-        let rows = Filling {
-            rows,
-            places,
-            fleet: false,
-        };
+        let rows = Filling::Host(rows, places);
         self.route_timed(pending, policy, selector, request, hashes, rows, id, now_ms)
     }
 
@@ -249,7 +241,7 @@ where
     /// let index = PrefixIndex::<_, _, 1>::new(vec![BlockSlot::<1>::empty(); 1024], vec![WorkerSlot::empty(); 128]).unwrap();
     /// let ledger = Ledger::new(vec![RequestSlot::empty(); 256], vec![LoadSlot::empty(); 128], vec![0u64; 64]).unwrap();
     /// let mut router = Router::new(index, ledger, 0.75, 0.25);
-    /// let mut fleet = Fleet::new(vec![Row::default(); 64], vec![Place::empty(); 64]).unwrap();
+    /// let mut fleet = Fleet::new(vec![Row::default(); 64], vec![FleetPlace::empty(); 64]).unwrap();
     /// for w in [WorkerKey::new(1, 0), WorkerKey::new(2, 0)] {
     ///     router.ledger.add_worker(w).unwrap();
     ///     fleet.add(w, TaintSet::EMPTY).unwrap();
@@ -273,19 +265,15 @@ where
     ) -> Result<Selection, RouteError>
     where
         Rs: AsRef<[Row]> + AsMut<[Row]>,
-        Ps: AsRef<[Place]> + AsMut<[Place]>,
+        Ps: AsRef<[FleetPlace]> + AsMut<[FleetPlace]>,
     {
-        let (rows, places) = fleet.parts();
+        let (rows, places, seen) = fleet.parts();
         self.route_inner(
             policy,
             selector,
             request,
             hashes,
-            Filling {
-                rows,
-                places,
-                fleet: true,
-            },
+            Filling::Fleet(rows, places, seen),
             id,
             None,
         )
@@ -315,20 +303,16 @@ where
         M: AsRef<[PredictionSlot]> + AsMut<[PredictionSlot]>,
         Q: AsRef<[PredictionRecord]> + AsMut<[PredictionRecord]>,
         Rs: AsRef<[Row]> + AsMut<[Row]>,
-        Ps: AsRef<[Place]> + AsMut<[Place]>,
+        Ps: AsRef<[FleetPlace]> + AsMut<[FleetPlace]>,
     {
-        let (rows, places) = fleet.parts();
+        let (rows, places, seen) = fleet.parts();
         self.route_timed(
             pending,
             policy,
             selector,
             request,
             hashes,
-            Filling {
-                rows,
-                places,
-                fleet: true,
-            },
+            Filling::Fleet(rows, places, seen),
             id,
             now_ms,
         )
@@ -394,35 +378,40 @@ where
         let (hw, dw, bs) = (self.host_weight, self.disk_weight, request.block_size);
         // Each row's inputs in one pass (the index's, the ledger's and the request's new
         // blocks), so every row is read and written once.
-        let Filling {
-            rows,
-            places,
-            fleet,
-        } = rows;
-        if places.is_empty() && !fleet {
-            // The host's rows without places: every worker hashed. A loop of its own: the
-            // placed one with no place to try measured 1.5 us slower at 1,024 rows.
-            for row in rows.iter_mut() {
-                if cache {
-                    index.fill_row(overlaps, row, hw, dw, bs);
+        let state = (index, ledger, overlaps);
+        let rows = match rows {
+            Filling::Fleet(rows, places, seen) => {
+                fill_fleet(
+                    state,
+                    rows,
+                    places,
+                    seen,
+                    (cache, speed),
+                    (hw, dw, bs),
+                    blocks,
+                );
+                rows
+            }
+            Filling::Host(rows, []) => {
+                // The host's rows without places: every worker hashed. A loop of its own: the
+                // placed one with no place to try measured 1.5 us slower at 1,024 rows.
+                for row in rows.iter_mut() {
+                    if cache {
+                        index.fill_row(overlaps, row, hw, dw, bs);
+                    }
+                    ledger.fill_row(row);
+                    add_new_blocks(row, blocks);
                 }
-                ledger.fill_row(row);
-                add_new_blocks(row, blocks);
+                if speed {
+                    ledger.fill_speeds(rows);
+                }
+                rows
             }
-            if speed {
-                ledger.fill_speeds(rows);
+            Filling::Host(rows, places) => {
+                fill_placed(state, rows, places, (cache, speed), (hw, dw, bs), blocks);
+                rows
             }
-        } else {
-            fill_placed(
-                (index, ledger, overlaps),
-                rows,
-                places,
-                fleet,
-                (cache, speed),
-                (hw, dw, bs),
-                blocks,
-            );
-        }
+        };
         let selection = policy
             .select(selector, &request, rows)
             .map_err(RouteError::Select)?;
@@ -521,15 +510,14 @@ where
     reason = "the route's state, split by what borrows it"
 )]
 #[inline]
-fn fill_placed<B, W, R, L, T, const WORDS: usize>(
+fn fill_placed<B, W, R, L, T, H: Hints, const WORDS: usize>(
     (index, ledger, overlaps): (
         &PrefixIndex<B, W, WORDS>,
         &Ledger<R, L, T>,
         &Overlaps<WORDS>,
     ),
     rows: &mut [Row],
-    places: &mut [Place],
-    fleet: bool,
+    places: &mut [H],
     (cache, speed): (bool, bool),
     (hw, dw, bs): (f64, f64, u32),
     blocks: u64,
@@ -540,19 +528,27 @@ fn fill_placed<B, W, R, L, T, const WORDS: usize>(
     L: AsRef<[LoadSlot]> + AsMut<[LoadSlot]>,
     T: AsRef<[u64]> + AsMut<[u64]>,
 {
+    let fleet = H::FLEET;
     for (i, row) in rows.iter_mut().enumerate() {
-        let (index_hint, ledger_hint) = match places.get_mut(i) {
-            Some(place) => (Some(&mut place.index), Some(&mut place.ledger)),
-            None => (None, None),
+        // What a fleet's next route may reuse (see `fill_fleet`); the host's rows keep none.
+        let (index_hint, ledger_hint, mut kept) = match places.get_mut(i).map(Hints::split) {
+            Some((place, kept)) => (Some(&mut place.index), Some(&mut place.ledger), kept),
+            None => (None, None, None),
         };
         // A fleet's row gets no CACHE (or SPEED) when the policy reads none, not the last
         // route's; the host's rows keep what the host wrote there.
         if cache {
-            index.fill_row_hinted(overlaps, row, index_hint, hw, dw, bs);
+            let bit = index.fill_row_hinted(overlaps, row, index_hint, hw, dw, bs);
+            if let Some((kept_bit, _)) = kept.as_mut() {
+                **kept_bit = bit.unwrap_or(NO_BIT);
+            }
         } else if fleet {
             clear_cache(row);
         }
         let slot = ledger.fill_row_hinted(row, ledger_hint);
+        if let Some((_, kept_decode)) = kept {
+            *kept_decode = row.active_decode_blocks;
+        }
         add_new_blocks(row, blocks);
         // A fleet's row without a speed has zeros there already (its rows start as
         // `Row::new` and lose a speed only here), so only one that had a speed is written
@@ -563,12 +559,90 @@ fn fill_placed<B, W, R, L, T, const WORDS: usize>(
     }
 }
 
+/// Fills a fleet's rows. When the fleet read every row from this index and ledger (and the
+/// policy reads no SPEED), only what can have changed is read again: the loads of the workers
+/// the ledger noted since, and each row's CACHE inputs from its worker's bit, kept in its place
+/// while the index gave no bit to or took none from any worker. Otherwise every row is read as
+/// [`fill_placed`] reads it, and what was read is kept for the next route.
+#[allow(
+    clippy::too_many_arguments,
+    reason = "the route's state, split by what borrows it"
+)]
+#[inline]
+fn fill_fleet<B, W, R, L, T, const WORDS: usize>(
+    (index, ledger, overlaps): (
+        &PrefixIndex<B, W, WORDS>,
+        &Ledger<R, L, T>,
+        &Overlaps<WORDS>,
+    ),
+    rows: &mut [Row],
+    places: &mut [FleetPlace],
+    seen: &mut Seen,
+    (cache, speed): (bool, bool),
+    (hw, dw, bs): (f64, f64, u32),
+    blocks: u64,
+) where
+    B: AsRef<[BlockSlot<WORDS>]> + AsMut<[BlockSlot<WORDS>]>,
+    W: AsRef<[WorkerSlot]> + AsMut<[WorkerSlot]>,
+    R: AsRef<[RequestSlot]> + AsMut<[RequestSlot]>,
+    L: AsRef<[LoadSlot]> + AsMut<[LoadSlot]>,
+    T: AsRef<[u64]> + AsMut<[u64]>,
+{
+    let bits_now = index.bits_version();
+    let bits_kept = !cache
+        || seen
+            .bits
+            .is_some_and(|b| b.same_instance(bits_now) && b == bits_now);
+    let changed = seen
+        .loads
+        .filter(|_| !speed && bits_kept)
+        .and_then(|loads| ledger.changed_since(loads));
+    let Some(changed) = changed else {
+        fill_placed(
+            (index, ledger, overlaps),
+            rows,
+            places,
+            (cache, speed),
+            (hw, dw, bs),
+            blocks,
+        );
+        if cache {
+            seen.bits = Some(bits_now);
+        }
+        // Rows read with SPEED keep it, which a route that reads none must clear: read every
+        // row then.
+        seen.loads = (!speed).then(|| ledger.version());
+        return;
+    };
+    for worker in changed {
+        if let Ok(i) = rows.binary_search_by_key(&worker, |r| r.worker) {
+            let (row, place) = (&mut rows[i], &mut places[i]);
+            ledger.fill_row_hinted(row, Some(&mut place.place.ledger));
+            place.decode = row.active_decode_blocks;
+        }
+    }
+    seen.loads = Some(ledger.version());
+    for (row, place) in rows.iter_mut().zip(places.iter()) {
+        if cache {
+            let bit = (place.bit != NO_BIT).then_some(place.bit);
+            write_cache(overlaps, bit, row, hw, dw, bs);
+        } else {
+            clear_cache(row);
+        }
+        if row.flags.contains(RowFlags::HAS_LOAD) {
+            let new_blocks = blocks.saturating_sub(u64::from(row.device_blocks));
+            row.active_decode_blocks = place.decode.saturating_add(new_blocks);
+        }
+    }
+}
+
 /// The rows a route fills, the places of their workers from the last route (as many as there
-/// are, possibly none), and whether they are a [`Fleet`]'s.
-struct Filling<'a> {
-    rows: &'a mut [Row],
-    places: &'a mut [Place],
-    fleet: bool,
+/// are, possibly none), and, for a [`Fleet`]'s rows, what its places were read from.
+enum Filling<'a> {
+    /// The host's rows, with places for as many as there are.
+    Host(&'a mut [Row], &'a mut [Place]),
+    /// A fleet's rows.
+    Fleet(&'a mut [Row], &'a mut [FleetPlace], &'a mut Seen),
 }
 
 /// Adds the request's new blocks on a row's worker (those not in its device memory) to the

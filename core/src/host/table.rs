@@ -168,7 +168,11 @@ impl<K: TableKey, V: Copy + Default, S: AsRef<[Slot<K, V>]> + AsMut<[Slot<K, V>]
     /// (`u32::MAX` when absent). The check at the hint is one read and one comparison that
     /// almost always succeed, so a caller that keeps hints skips the hash and the probe's
     /// unpredictable branch. A hint from anywhere is safe: a slot is used by its key only.
-    #[inline]
+    #[allow(
+        clippy::inline_always,
+        reason = "called from the placed and the fleet loops, plain inline left it a call in both: 0.9 us slower at 1,024 rows"
+    )]
+    #[inline(always)]
     pub(crate) fn find_hinted(&self, key: K, hint: Option<&mut u32>) -> Option<usize> {
         let Some(hint) = hint else {
             return self.find(key);
