@@ -215,10 +215,14 @@ pub struct Overlaps<const WORDS: usize> {
     /// The host and disk tiers' bit-sliced counters (`planes[tier - 1]`).
     planes: [[[u64; WORDS]; PLANES]; 2],
     /// Per-worker counts, `counts[tier][word][bit]`: host and disk transposed from their
-    /// planes once per query, device the worker's prefix length less those two.
+    /// planes once per query, device the worker's prefix length less those two. Host and disk
+    /// are stale, and not read, when `device_only`.
     counts: [[[u32; 64]; WORDS]; 3],
     /// Highest plane any counter reached, for host and disk (planes above it are zero).
     top: [usize; 2],
+    /// No host or disk count: every matched block was in device memory (see
+    /// [`Overlaps::tiers`]).
+    device_only: bool,
     has_tier_matches: bool,
     matched: usize,
 }
@@ -246,6 +250,7 @@ impl<const WORDS: usize> Overlaps<WORDS> {
             planes: [[[0; WORDS]; PLANES]; 2],
             counts: [[[0; 64]; WORDS]; 3],
             top: [0; 2],
+            device_only: true,
             has_tier_matches: false,
             matched: 0,
         }
@@ -318,11 +323,12 @@ impl<const WORDS: usize> Overlaps<WORDS> {
     /// less its host and disk counts.
     fn finish(&mut self) {
         if self.top == [0; 2] && self.planes.iter().all(|planes| planes[0] == [0; WORDS]) {
-            // Every block in device memory: no host or disk count, device is the prefix.
-            self.counts[1] = [[0; 64]; WORDS];
-            self.counts[2] = [[0; 64]; WORDS];
+            // Every block in device memory: no host or disk count (their counts are left as
+            // they were and not read), device is the prefix.
+            self.device_only = true;
             return;
         }
+        self.device_only = false;
         self.transpose();
         for w in 0..WORDS {
             for b in 0..64 {
@@ -351,6 +357,18 @@ impl<const WORDS: usize> Overlaps<WORDS> {
     #[inline]
     fn count(&self, tier: usize, bit: u32) -> u32 {
         self.counts[tier][(bit / 64) as usize][(bit % 64) as usize]
+    }
+
+    /// The counts of worker bit `bit` per tier; the host and disk counts are read only when a
+    /// block was matched beyond device memory.
+    #[inline]
+    fn tiers(&self, bit: u32) -> [u32; 3] {
+        let device = self.count(0, bit);
+        if self.device_only {
+            [device, 0, 0]
+        } else {
+            [device, self.count(1, bit), self.count(2, bit)]
+        }
     }
 }
 
@@ -758,11 +776,7 @@ where
     #[must_use]
     pub fn overlap(&self, overlaps: &Overlaps<WORDS>, worker: WorkerKey) -> Option<[u32; 3]> {
         let bit = self.bit_of(worker)?;
-        Some([
-            overlaps.count(0, bit),
-            overlaps.count(1, bit),
-            overlaps.count(2, bit),
-        ])
+        Some(overlaps.tiers(bit))
     }
 
     /// Writes each row's CACHE inputs from `overlaps`: the tier counts and the estimate
@@ -832,11 +846,7 @@ pub(crate) fn write_cache<const WORDS: usize>(
     block_size: u32,
 ) {
     if let Some(bit) = bit {
-        let [device, host, disk] = [
-            overlaps.count(0, bit),
-            overlaps.count(1, bit),
-            overlaps.count(2, bit),
-        ];
+        let [device, host, disk] = overlaps.tiers(bit);
         *row = row.with_cache(Cache::from_tiers(
             device,
             host,
