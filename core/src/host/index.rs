@@ -355,8 +355,15 @@ impl<const WORDS: usize> Overlaps<WORDS> {
 
     /// The count of worker bit `bit` for `tier`.
     #[inline]
-    fn count(&self, tier: usize, bit: u32) -> u32 {
+    pub(crate) fn count(&self, tier: usize, bit: u32) -> u32 {
         self.counts[tier][(bit / 64) as usize][(bit % 64) as usize]
+    }
+
+    /// Whether no block was matched beyond device memory: every worker's host and disk counts
+    /// are 0.
+    #[inline]
+    pub(crate) const fn device_only(&self) -> bool {
+        self.device_only
     }
 
     /// The counts of worker bit `bit` per tier; the host and disk counts are read only when a

@@ -9,7 +9,7 @@ use crate::host::index::{BlockSlot, Overlaps, PrefixIndex, WorkerSlot, clear_cac
 use crate::host::ledger::{Ledger, LedgerError, LoadSlot, RequestSlot};
 use crate::host::predict::{PredictionRecord, PredictionSlot, Predictions};
 use crate::vocab::WorkerInputs;
-use crate::vocab::{Request, Row, RowFlags};
+use crate::vocab::{Cache, Request, Row, RowFlags};
 
 /// Why [`Router::route`] failed. Nothing was booked.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -622,13 +622,39 @@ fn fill_fleet<B, W, R, L, T, const WORDS: usize>(
         }
     }
     seen.loads = Some(ledger.version());
-    for (row, place) in rows.iter_mut().zip(places.iter()) {
-        if cache {
-            let bit = (place.bit != NO_BIT).then_some(place.bit);
+    // Every block matched in device memory (the common case): each row's CACHE inputs are its
+    // device count's, without `Cache::from_tiers`'s per-row checks. One loop per case.
+    if cache && overlaps.device_only() && Cache::in_device_is_exact(hw, dw, bs) {
+        refill(rows, places, blocks, |row, bit| {
+            // A worker the index does not know gets zeros without the flag, as `clear_cache`
+            // writes them, without a branch.
+            let device = bit.map_or(0, |bit| overlaps.count(0, bit));
+            *row = row.with_cache(Cache::in_device(device, bs));
+            if bit.is_none() {
+                row.flags = RowFlags(row.flags.0 & !RowFlags::HAS_CACHE.0);
+            }
+        });
+    } else if cache {
+        refill(rows, places, blocks, |row, bit| {
             write_cache(overlaps, bit, row, hw, dw, bs);
-        } else {
-            clear_cache(row);
-        }
+        });
+    } else {
+        refill(rows, places, blocks, |row, _| clear_cache(row));
+    }
+}
+
+/// Writes each fleet row's CACHE inputs with `cache` (given the worker's index bit kept in its
+/// place) and its decode blocks: those the ledger had, kept in its place, and the request's new
+/// ones there.
+#[inline]
+fn refill(
+    rows: &mut [Row],
+    places: &[FleetPlace],
+    blocks: u64,
+    mut cache: impl FnMut(&mut Row, Option<u32>),
+) {
+    for (row, place) in rows.iter_mut().zip(places) {
+        cache(row, (place.bit != NO_BIT).then_some(place.bit));
         if row.flags.contains(RowFlags::HAS_LOAD) {
             let new_blocks = blocks.saturating_sub(u64::from(row.device_blocks));
             row.active_decode_blocks = place.decode.saturating_add(new_blocks);

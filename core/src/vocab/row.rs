@@ -90,7 +90,7 @@ impl Cache {
         block_size: u32,
     ) -> Self {
         let tokens = u64::from(device) * u64::from(block_size);
-        let (effective_blocks, effective_tokens) = if host == 0
+        if host == 0
             && disk == 0
             && host_weight.is_finite()
             && disk_weight.is_finite()
@@ -98,23 +98,39 @@ impl Cache {
         {
             // Device blocks alone, the common case: the weighted terms are (signed) zeros that
             // change no sum, and the product is exact in `f64`, so its rounding is itself.
-            (f64::from(device), tokens)
-        } else {
-            let blocks =
-                f64::from(device) + host_weight * f64::from(host) + disk_weight * f64::from(disk);
-            // Rounded half away from zero, negatives and NaN to 0, as the spec clamps.
-            (
-                blocks,
-                crate::vocab::math::round_count(blocks * f64::from(block_size)),
-            )
-        };
+            return Self::in_device(device, block_size);
+        }
+        let blocks =
+            f64::from(device) + host_weight * f64::from(host) + disk_weight * f64::from(disk);
         Self {
             device_blocks: device,
             host_blocks: host,
             disk_blocks: disk,
-            effective_blocks,
-            effective_tokens,
+            effective_blocks: blocks,
+            // Rounded half away from zero, negatives and NaN to 0, as the spec clamps.
+            effective_tokens: crate::vocab::math::round_count(blocks * f64::from(block_size)),
         }
+    }
+
+    /// [`Cache::from_tiers`] of `device` blocks and none in host memory or on disk, when
+    /// [`Cache::in_device_is_exact`] holds for the weights and the block size.
+    #[inline]
+    pub(crate) fn in_device(device: u32, block_size: u32) -> Self {
+        Self {
+            device_blocks: device,
+            host_blocks: 0,
+            disk_blocks: 0,
+            effective_blocks: f64::from(device),
+            effective_tokens: u64::from(device) * u64::from(block_size),
+        }
+    }
+
+    /// Whether [`Cache::in_device`] is [`Cache::from_tiers`] for every device count with these
+    /// weights and block size: finite weights (their terms are then zeros) and a block size of
+    /// at most 2^21, so every product with a `u32` count is below 2^53, exact in `f64`.
+    #[inline]
+    pub(crate) fn in_device_is_exact(host_weight: f64, disk_weight: f64, block_size: u32) -> bool {
+        host_weight.is_finite() && disk_weight.is_finite() && block_size <= 1 << 21
     }
 }
 
@@ -545,6 +561,15 @@ mod tests {
                                 plain(device, host, disk, hw, dw, bs),
                                 "{device} {host} {disk} {hw} {dw} {bs}"
                             );
+                            // Where the router's loop may take the device count alone, it is
+                            // the same estimate, every field.
+                            if host == 0 && disk == 0 && Cache::in_device_is_exact(hw, dw, bs) {
+                                assert_eq!(
+                                    Cache::in_device(device, bs),
+                                    c,
+                                    "{device} {hw} {dw} {bs}"
+                                );
+                            }
                         }
                     }
                 }
