@@ -8,6 +8,17 @@
 //! read and one comparison that almost always succeed) and hashes only when the worker moved or
 //! is not there. The rows stay sorted by worker, the canonical order, so a seeded selection over
 //! them never sorts.
+//!
+//! A fleet also keeps what it read: its rows' LOAD inputs, and beside each row (a
+//! [`FleetPlace`]) the worker's index bit and decode blocks. Between two routes only a few loads
+//! change (the requests booked, completed and freed), and workers rarely get or lose an index
+//! bit; the ledger notes the worker of each of its latest load changes and the index counts its
+//! bit changes, so the next route reads again only the rows of the workers noted and takes every
+//! other row's overlap through the bit it kept. Both carry an instance number no other ledger or
+//! index in the process has: a fleet trusts what it kept only for the very ledger and index it
+//! read, and reads every row when they are others, when more changes happened than the ledger
+//! remembers, when a worker was added to the fleet, and for policies that read SPEED (a speed
+//! calibration moves every worker's).
 
 use core::fmt;
 

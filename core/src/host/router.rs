@@ -224,10 +224,11 @@ where
 
     /// [`Router::route`] over the rows of `fleet`, the workers registered with it, which it
     /// keeps between routes: it writes the same inputs and makes the same selection as
-    /// [`Router::route`] over a copy of [`Fleet::rows`], finding each worker in the index and
-    /// the ledger where it was last time instead of by hashing its key (see [`Fleet`]). The
-    /// selection's `row` indexes [`Fleet::rows`]. A policy that does not read CACHE (or SPEED)
-    /// sees rows without them, not the last route's.
+    /// [`Router::route`] over [`Fleet::rows`], finding each worker in the index and the ledger
+    /// where it was last time instead of by hashing its key, and reading again only the loads
+    /// that changed since the fleet's last route (see [`Fleet`]). The selection's `row` indexes
+    /// [`Fleet::rows`]. A policy that does not read CACHE (or SPEED) sees rows without them, not
+    /// the last route's.
     ///
     /// # Errors
     ///
