@@ -301,12 +301,14 @@ fn rows_stay_in_canonical_order() {
     assert_eq!(fleet.len(), 11);
 }
 
-/// Approximate mode with places beside the rows routes as without them: the same picks, the
-/// same predictions recorded (they steer the later picks).
+/// Approximate mode with places beside the rows, and over a fleet, routes as without them: the
+/// same picks, the same predictions recorded (they steer the later picks).
 #[test]
-fn predicting_with_places_routes_as_without() {
-    let (mut a, mut b) = (router(), router());
-    let mut predictions = [0, 1].map(|_| {
+fn predicting_with_places_or_a_fleet_routes_as_without() {
+    // `c` routes over a fleet, `d` over rows the host builds in the fleet's (canonical) order:
+    // ties are broken by row position, so a fleet is compared with rows in its own order.
+    let (mut a, mut b, mut c, mut d) = (router(), router(), router(), router());
+    let mut predictions = [0, 1, 2, 3].map(|_| {
         NoPredictions::new(
             vec![PredictionSlot::empty(); 256],
             vec![PredictionRecord::default(); 128],
@@ -315,14 +317,19 @@ fn predicting_with_places_routes_as_without() {
         .unwrap()
     });
     let mut workers: Vec<WorkerKey> = (0..6).map(|w| WorkerKey::new(w * 16, 0)).collect();
+    let mut fleet = Fleet::new(vec![Row::default(); 8], vec![FleetPlace::empty(); 8]).unwrap();
     for &w in &workers {
         a.ledger.add_worker(w).unwrap();
         b.ledger.add_worker(w).unwrap();
+        c.ledger.add_worker(w).unwrap();
+        d.ledger.add_worker(w).unwrap();
+        fleet.add(w, TaintSet::EMPTY).unwrap();
     }
     let policy = DefaultKnobs::default().build().unwrap();
-    let (mut sel_a, mut sel_b) = (Selector::<16>::new(), Selector::<16>::new());
+    let [mut sel_a, mut sel_b, mut sel_c, mut sel_d] = [0; 4].map(|_| Selector::<16>::new());
+    let canonical: Vec<WorkerKey> = fleet.rows().iter().map(|r| r.worker).collect();
     let mut places = [Place::empty(); 6];
-    let [pa, pb] = &mut predictions;
+    let [pa, pb, pc, pd] = &mut predictions;
     for id in 0..300u64 {
         // Now and then the host lists its workers in another order: every place then points
         // at another worker's slots.
@@ -355,15 +362,35 @@ fn predicting_with_places_routes_as_without() {
             id,
             now,
         );
+        let kept = c.route_fleet_predicting(
+            pc, &mut fleet, &policy, &mut sel_c, &request, &hashes, id, now,
+        );
+        let mut rows_d: Vec<Row> = canonical.iter().map(|&w| Row::new(w)).collect();
+        let built = d.route_predicting(
+            pd,
+            &policy,
+            &mut sel_d,
+            &request,
+            &hashes,
+            &mut rows_d,
+            id,
+            now,
+        );
         assert_eq!(without, with, "request {id}");
         assert_eq!(rows_a, rows_b, "request {id}");
+        assert_eq!(kept, built, "request {id}");
+        assert_eq!(fleet.rows(), &rows_d[..], "request {id}");
+        assert_eq!(pc.len(), pd.len(), "request {id}");
         if id >= 2 {
             let freed = a.ledger.free(id - 2);
             assert_eq!(freed, b.ledger.free(id - 2));
+            assert_eq!(freed, c.ledger.free(id - 2));
+            assert_eq!(freed, d.ledger.free(id - 2));
             assert_eq!(freed, Ok(()), "request {}", id - 2);
         }
     }
     assert_eq!(pa.len(), pb.len());
+    assert_eq!(pc.len(), pd.len());
 }
 
 /// A fleet keeps loads and index bits between routes only for the ledger and index it read them

@@ -502,6 +502,41 @@ where
         let _ = predictions.record(&mut self.index, selection.worker, hashes, now);
         Ok(selection)
     }
+
+    /// [`Router::route_predicting`] over the rows of `fleet` (see [`Router::route_fleet`]).
+    /// Predictions set and expire blocks, not workers' bits, so the fleet keeps its bits across
+    /// them (a worker predicted for the first time gets a bit, and the next route reads every
+    /// row).
+    ///
+    /// # Errors
+    ///
+    /// As [`Router::route_predicting`].
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "route_predicting's arguments, the fleet instead of the rows"
+    )]
+    pub fn route_fleet_predicting<F: Filters, S: Scorers, P: Picker, M, Q, Rs, Ps, const N: usize>(
+        &mut self,
+        predictions: &mut Predictions<M, Q>,
+        fleet: &mut Fleet<Rs, Ps>,
+        policy: &Policy<F, S, P>,
+        selector: &mut Selector<N>,
+        request: &Request<'_>,
+        hashes: &[u64],
+        id: u64,
+        now: u64,
+    ) -> Result<Selection, RouteError>
+    where
+        M: AsRef<[PredictionSlot]> + AsMut<[PredictionSlot]>,
+        Q: AsRef<[PredictionRecord]> + AsMut<[PredictionRecord]>,
+        Rs: AsRef<[Row]> + AsMut<[Row]>,
+        Ps: AsRef<[FleetPlace]> + AsMut<[FleetPlace]>,
+    {
+        predictions.expire(&mut self.index, now);
+        let selection = self.route_fleet(fleet, policy, selector, request, hashes, id)?;
+        let _ = predictions.record(&mut self.index, selection.worker, hashes, now);
+        Ok(selection)
+    }
 }
 
 /// Fills the rows' inputs trying each worker at its place first (the rows beyond `places` are
