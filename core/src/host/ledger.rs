@@ -258,7 +258,8 @@ where
     /// first and possibly repeated; `None` when `seen` is another ledger's or further back than
     /// the ledger remembers.
     pub(crate) fn changed_since(&self, seen: Version) -> Option<impl Iterator<Item = WorkerKey>> {
-        if !seen.same_instance(self.version()) || self.changes - seen.changes > CHANGE_LOG as u64 {
+        let behind = self.changes.checked_sub(seen.changes);
+        if !seen.same_instance(self.version()) || behind.is_none_or(|n| n > CHANGE_LOG as u64) {
             return None;
         }
         #[allow(
@@ -745,4 +746,66 @@ where
 enum Sign {
     Add,
     Sub,
+}
+
+#[cfg(test)]
+mod tests {
+    use std::vec;
+    use std::vec::Vec;
+
+    use super::*;
+
+    fn ledger() -> Ledger<Vec<RequestSlot>, Vec<LoadSlot>, Vec<u64>> {
+        Ledger::new(
+            vec![RequestSlot::empty(); 256],
+            vec![LoadSlot::empty(); 16],
+            vec![0; 8],
+        )
+        .unwrap()
+    }
+
+    /// The log gives exactly the changes since a state it still holds, oldest first, and
+    /// nothing for a state further back or of another ledger.
+    #[test]
+    fn the_change_log_tells_what_changed_while_it_remembers() {
+        let mut l = ledger();
+        let workers: Vec<WorkerKey> = (0..4).map(|w| WorkerKey::new(w, 0)).collect();
+        for &w in &workers {
+            l.add_worker(w).unwrap();
+        }
+        let start = l.version();
+        assert_eq!(l.changed_since(start).unwrap().count(), 0);
+        // CHANGE_LOG bookings: every one still remembered.
+        for id in 0..CHANGE_LOG as u64 {
+            l.book(id, workers[(id % 4) as usize], 10, 1).unwrap();
+        }
+        let changed: Vec<WorkerKey> = l.changed_since(start).unwrap().collect();
+        let expected: Vec<WorkerKey> = (0..CHANGE_LOG).map(|i| workers[i % 4]).collect();
+        assert_eq!(changed, expected);
+        // One more: the oldest is forgotten, so the state before it is no longer served.
+        let before_free = l.version();
+        l.free(0).unwrap();
+        assert!(l.changed_since(start).is_none());
+        assert_eq!(
+            l.changed_since(before_free).unwrap().collect::<Vec<_>>(),
+            [workers[0]]
+        );
+        // Completions, removals and replica events are changes too; tombstones are not.
+        let v = l.version();
+        l.prefill_complete(1).unwrap();
+        l.remove_worker(workers[3]);
+        l.apply(&LedgerEvent::Booked {
+            id: 900,
+            worker: workers[2],
+            prefill_tokens: 5,
+            blocks: 1,
+        });
+        l.apply(&LedgerEvent::Freed { id: 901 });
+        let changed: Vec<WorkerKey> = l.changed_since(v).unwrap().collect();
+        assert_eq!(changed, [workers[1], workers[3], workers[2]]);
+        // Another ledger's state, even with the same count, is not served.
+        let other = ledger();
+        assert!(l.changed_since(other.version()).is_none());
+        assert!(other.changed_since(l.version()).is_none());
+    }
 }
