@@ -399,7 +399,7 @@ impl<'a> Fields<'a> {
     ) -> Result<(), WireError> {
         match kind.fields()[index] {
             Field::BlockHashes => {
-                self.hashes = Some(List::read(r, payload, |r| r.hash().map(drop))?);
+                self.hashes = Some(List::read(r, payload, Reader::skip_hash)?);
             }
             Field::ParentBlockHash => {
                 self.parent = Some(if r.nil()? { None } else { Some(r.hash()?) });

@@ -261,13 +261,32 @@ impl<'a> Reader<'a> {
     /// A block hash: an integer (its 64-bit pattern) or bytes (xxh3-64 of them, seed 0).
     #[inline]
     pub(crate) fn hash(&mut self) -> Result<u64, WireError> {
+        match self.hash_bytes()? {
+            Some(bytes) => Ok(xxhash_rust::xxh3::xxh3_64_with_seed(bytes, 0)),
+            None => self.int_bits(),
+        }
+    }
+
+    /// Checks a block hash and moves past it without hashing its bytes, for a pass that only
+    /// checks (the hash is read again where it is used).
+    #[inline]
+    pub(crate) fn skip_hash(&mut self) -> Result<(), WireError> {
+        match self.hash_bytes()? {
+            Some(_) => Ok(()),
+            None => self.int_bits().map(drop),
+        }
+    }
+
+    /// A bytes-typed block hash's bytes, read; `None`, with nothing read, for an integer one.
+    #[inline]
+    fn hash_bytes(&mut self) -> Result<Option<&'a [u8]>, WireError> {
         match self.peek()? {
             b @ 0xc4..=0xc6 => {
                 self.pos += 1;
                 let n = self.length(1 << (b - 0xc4))?;
-                Ok(xxhash_rust::xxh3::xxh3_64_with_seed(self.take(n)?, 0))
+                self.take(n).map(Some)
             }
-            0x00..=0x7f | 0xe0..=0xff | 0xcc..=0xcf | 0xd0..=0xd3 => self.int_bits(),
+            0x00..=0x7f | 0xe0..=0xff | 0xcc..=0xcf | 0xd0..=0xd3 => Ok(None),
             _ => self.unexpected("a block hash (an integer or bytes)"),
         }
     }
