@@ -312,7 +312,10 @@ fn predicting_with_places_or_a_fleet_routes_as_without() {
         NoPredictions::new(
             vec![PredictionSlot::empty(); 256],
             vec![PredictionRecord::default(); 128],
-            40,
+            // A prompt family comes back every 5 requests, 15 time units later: its predictions
+            // expire exactly as it returns, so a route that forgot to expire them first would
+            // see them.
+            15,
         )
         .unwrap()
     });
