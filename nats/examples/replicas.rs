@@ -334,7 +334,8 @@ fn row(name: &str, r: &Report) -> String {
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    match run(&args).await {
+    // Boxed: the run holds routers, whose ledgers keep their latest load changes inline.
+    match Box::pin(run(&args)).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("replicas: {e}");
