@@ -401,7 +401,7 @@ where
                         index.fill_row(overlaps, row, hw, dw, bs);
                     }
                     ledger.fill_row(row);
-                    add_new_blocks(row, blocks);
+                    add_new_blocks(row, row.active_decode_blocks, blocks);
                 }
                 if speed {
                     ledger.fill_speeds(rows);
@@ -420,7 +420,7 @@ where
         let prefill = request
             .prompt_tokens
             .saturating_sub(selection.cached_tokens);
-        let new_blocks = blocks.saturating_sub(u64::from(chosen.cache().device_blocks));
+        let new_blocks = new_blocks(chosen, blocks);
         match now_ms {
             Some(now) => self
                 .ledger
@@ -585,7 +585,7 @@ fn fill_placed<B, W, R, L, T, H: Hints, const WORDS: usize>(
         if let Some((_, kept_decode)) = kept {
             *kept_decode = row.active_decode_blocks;
         }
-        add_new_blocks(row, blocks);
+        add_new_blocks(row, row.active_decode_blocks, blocks);
         // A fleet's row without a speed has zeros there already (its rows start as
         // `Row::new` and lose a speed only here), so only one that had a speed is written
         // when the policy reads none.
@@ -691,10 +691,7 @@ fn refill(
 ) {
     for (row, place) in rows.iter_mut().zip(places) {
         cache(row, (place.bit != NO_BIT).then_some(place.bit));
-        if row.flags.contains(RowFlags::HAS_LOAD) {
-            let new_blocks = blocks.saturating_sub(u64::from(row.device_blocks));
-            row.active_decode_blocks = place.decode.saturating_add(new_blocks);
-        }
+        add_new_blocks(row, place.decode, blocks);
     }
 }
 
@@ -707,14 +704,20 @@ enum Filling<'a> {
     Fleet(&'a mut [Row], &'a mut [FleetPlace], &'a mut Seen),
 }
 
-/// Adds the request's new blocks on a row's worker (those not in its device memory) to the
-/// row's decode blocks, as the spec's `dcb` counts them.
+/// Writes a row's decode blocks as the spec's `dcb` counts them: `decode`, the worker's in the
+/// ledger, plus the request's new blocks there (those not in its device memory); a row without
+/// a load projection is left as it is.
 #[inline]
-fn add_new_blocks(row: &mut Row, blocks: u64) {
+fn add_new_blocks(row: &mut Row, decode: u64, blocks: u64) {
     if row.flags.contains(RowFlags::HAS_LOAD) {
-        let new_blocks = blocks.saturating_sub(u64::from(row.cache().device_blocks));
-        row.active_decode_blocks = row.active_decode_blocks.saturating_add(new_blocks);
+        row.active_decode_blocks = decode.saturating_add(new_blocks(row, blocks));
     }
+}
+
+/// The request's `blocks` not in the device memory of `row`'s worker: what booking there adds.
+#[inline]
+fn new_blocks(row: &Row, blocks: u64) -> u64 {
+    blocks.saturating_sub(u64::from(row.cache().device_blocks))
 }
 
 /// Whole milliseconds of a finite, non-negative time (the predictions' unit in
