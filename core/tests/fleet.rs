@@ -134,6 +134,26 @@ fn route_both<F: Filters, S: Scorers, P: Picker>(
     prop_assert_eq!(given_pick, placed_pick);
     prop_assert_eq!(fleet.rows(), &rows[..]);
     prop_assert_eq!(&rows_c, &rows);
+    // Each row's CACHE inputs, against the index's overlaps through `Cache::from_tiers` (the
+    // three routes share their ways of writing them).
+    let reads_cache = policy.inputs(request.leg()).contains(WorkerInputs::CACHE);
+    let mut overlaps = Overlaps::<1>::new();
+    b.index.query(hashes, &mut overlaps);
+    for row in &rows {
+        let expected = b.index.overlap(&overlaps, row.worker);
+        if let Some([device, host, disk]) = expected.filter(|_| reads_cache) {
+            prop_assert!(row.flags.contains(RowFlags::HAS_CACHE));
+            let cache = Cache::from_tiers(device, host, disk, 0.75, 0.25, 16);
+            prop_assert_eq!(row.cache(), cache);
+        } else {
+            // No cache entry: zeros without the flag.
+            prop_assert!(!row.flags.contains(RowFlags::HAS_CACHE));
+            let counts = (row.device_blocks, row.host_blocks, row.disk_blocks);
+            prop_assert_eq!(counts, (0, 0, 0));
+            prop_assert_eq!(row.effective_tokens, 0);
+            prop_assert_eq!(row.effective_blocks.to_bits(), 0);
+        }
+    }
     Ok(())
 }
 

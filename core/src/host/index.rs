@@ -816,28 +816,17 @@ where
         write_cache(overlaps, bit, row, host_weight, disk_weight, block_size);
     }
 
-    /// [`PrefixIndex::fill_row`] with the worker's slot in the index's worker table tried first
-    /// at `*hint`, if any, which is updated (see `Table::find_hinted`).
+    /// The bit of `worker`, its slot in the index's worker table tried first at `*hint`, if
+    /// any, which is updated (see `Table::find_hinted`); `None` when the index does not know it.
     #[allow(
         clippy::inline_always,
         reason = "called from the placed and the fleet loops, plain inline left it a call in both: 0.9 us slower at 1,024 rows"
     )]
     #[inline(always)]
-    pub(crate) fn fill_row_hinted(
-        &self,
-        overlaps: &Overlaps<WORDS>,
-        row: &mut Row,
-        hint: Option<&mut u32>,
-        host_weight: f64,
-        disk_weight: f64,
-        block_size: u32,
-    ) -> Option<u32> {
-        let bit = self
-            .workers
-            .find_hinted(row.worker, hint)
-            .map(|i| *self.workers.value(i));
-        write_cache(overlaps, bit, row, host_weight, disk_weight, block_size);
-        bit
+    pub(crate) fn bit_hinted(&self, worker: WorkerKey, hint: Option<&mut u32>) -> Option<u32> {
+        self.workers
+            .find_hinted(worker, hint)
+            .map(|i| *self.workers.value(i))
     }
 }
 
@@ -864,6 +853,25 @@ pub(crate) fn write_cache<const WORDS: usize>(
         ));
     } else {
         clear_cache(row);
+    }
+}
+
+/// [`write_cache`] when the query matched blocks in device memory only
+/// ([`Overlaps::device_only`]) and [`Cache::in_device_is_exact`] holds for the weights and
+/// `block_size`: the device count alone, without [`Cache::from_tiers`]'s per-row checks. A
+/// worker the index does not know gets zeros without the flag, as [`clear_cache`] writes them,
+/// without a branch on the count.
+#[inline]
+pub(crate) fn write_device_cache<const WORDS: usize>(
+    overlaps: &Overlaps<WORDS>,
+    bit: Option<u32>,
+    row: &mut Row,
+    block_size: u32,
+) {
+    let device = bit.map_or(0, |bit| overlaps.count(0, bit));
+    *row = row.with_cache(Cache::in_device(device, block_size));
+    if bit.is_none() {
+        row.flags = RowFlags(row.flags.0 & !RowFlags::HAS_CACHE.0);
     }
 }
 

@@ -5,7 +5,9 @@ use core::fmt;
 use crate::engine::{Filters, Picker, Scorers};
 use crate::engine::{Policy, SelectError, Selection, Selector};
 use crate::host::fleet::{Fleet, FleetPlace, Hints, NO_BIT, Place, Seen};
-use crate::host::index::{BlockSlot, Overlaps, PrefixIndex, WorkerSlot, clear_cache, write_cache};
+use crate::host::index::{
+    BlockSlot, Overlaps, PrefixIndex, WorkerSlot, clear_cache, write_cache, write_device_cache,
+};
 use crate::host::ledger::{Ledger, LedgerError, LoadSlot, RequestSlot};
 use crate::host::predict::{PredictionRecord, PredictionSlot, Predictions};
 use crate::vocab::WorkerInputs;
@@ -396,12 +398,16 @@ where
             Filling::Host(rows, []) => {
                 // The host's rows without places: every worker hashed. A loop of its own: the
                 // placed one with no place to try measured 1.5 us slower at 1,024 rows.
-                for row in rows.iter_mut() {
-                    if cache {
-                        index.fill_row(overlaps, row, hw, dw, bs);
-                    }
-                    ledger.fill_row(row);
-                    add_new_blocks(row, row.active_decode_blocks, blocks);
+                if cache && device_only(overlaps, hw, dw, bs) {
+                    fill_hashed(ledger, rows, blocks, |row| {
+                        write_device_cache(overlaps, index.bit_of(row.worker), row, bs);
+                    });
+                } else if cache {
+                    fill_hashed(ledger, rows, blocks, |row| {
+                        write_cache(overlaps, index.bit_of(row.worker), row, hw, dw, bs);
+                    });
+                } else {
+                    fill_hashed(ledger, rows, blocks, |_| {});
                 }
                 if speed {
                     ledger.fill_speeds(rows);
@@ -539,8 +545,31 @@ where
     }
 }
 
+/// Fills the host's rows' CACHE inputs with `write_cache` (which finds the worker's index bit by
+/// hashing its key) and their LOAD inputs, each worker found in the ledger by hashing.
+#[allow(clippy::inline_always, reason = "one loop per way of writing CACHE")]
+#[inline(always)]
+fn fill_hashed<R, L, T>(
+    ledger: &Ledger<R, L, T>,
+    rows: &mut [Row],
+    blocks: u64,
+    write_cache: impl Fn(&mut Row),
+) where
+    R: AsRef<[RequestSlot]> + AsMut<[RequestSlot]>,
+    L: AsRef<[LoadSlot]> + AsMut<[LoadSlot]>,
+    T: AsRef<[u64]> + AsMut<[u64]>,
+{
+    for row in rows.iter_mut() {
+        write_cache(row);
+        ledger.fill_row(row);
+        add_new_blocks(row, row.active_decode_blocks, blocks);
+    }
+}
+
 /// Fills the rows' inputs trying each worker at its place first (the rows beyond `places` are
-/// looked up by hashing); a fleet's rows lose the groups the policy does not read.
+/// looked up by hashing); a fleet's rows lose the groups the policy does not read. The rows'
+/// CACHE inputs are their device counts alone when the query matched only device blocks (the
+/// common case; see [`write_device_cache`]): one loop per case.
 #[allow(
     clippy::too_many_arguments,
     reason = "the route's state, split by what borrows it"
@@ -564,6 +593,35 @@ fn fill_placed<B, W, R, L, T, H: Hints, const WORDS: usize>(
     L: AsRef<[LoadSlot]> + AsMut<[LoadSlot]>,
     T: AsRef<[u64]> + AsMut<[u64]>,
 {
+    let state = (index, ledger);
+    if cache && device_only(overlaps, hw, dw, bs) {
+        fill_placed_with(state, rows, places, (cache, speed), blocks, |bit, row| {
+            write_device_cache(overlaps, bit, row, bs);
+        });
+    } else {
+        fill_placed_with(state, rows, places, (cache, speed), blocks, |bit, row| {
+            write_cache(overlaps, bit, row, hw, dw, bs);
+        });
+    }
+}
+
+/// [`fill_placed`] with `write_cache` writing a row's CACHE inputs from its worker's index bit.
+#[allow(clippy::inline_always, reason = "one loop per way of writing CACHE")]
+#[inline(always)]
+fn fill_placed_with<B, W, R, L, T, H: Hints, const WORDS: usize>(
+    (index, ledger): (&PrefixIndex<B, W, WORDS>, &Ledger<R, L, T>),
+    rows: &mut [Row],
+    places: &mut [H],
+    (cache, speed): (bool, bool),
+    blocks: u64,
+    write_cache: impl Fn(Option<u32>, &mut Row),
+) where
+    B: AsRef<[BlockSlot<WORDS>]> + AsMut<[BlockSlot<WORDS>]>,
+    W: AsRef<[WorkerSlot]> + AsMut<[WorkerSlot]>,
+    R: AsRef<[RequestSlot]> + AsMut<[RequestSlot]>,
+    L: AsRef<[LoadSlot]> + AsMut<[LoadSlot]>,
+    T: AsRef<[u64]> + AsMut<[u64]>,
+{
     let fleet = H::FLEET;
     for (i, row) in rows.iter_mut().enumerate() {
         // What a fleet's next route may reuse (see `fill_fleet`); the host's rows keep none.
@@ -574,7 +632,8 @@ fn fill_placed<B, W, R, L, T, H: Hints, const WORDS: usize>(
         // A fleet's row gets no CACHE (or SPEED) when the policy reads none, not the last
         // route's; the host's rows keep what the host wrote there.
         if cache {
-            let bit = index.fill_row_hinted(overlaps, row, index_hint, hw, dw, bs);
+            let bit = index.bit_hinted(row.worker, index_hint);
+            write_cache(bit, row);
             if let Some((kept_bit, _)) = kept.as_mut() {
                 **kept_bit = bit.unwrap_or(NO_BIT);
             }
@@ -658,17 +717,10 @@ fn fill_fleet<B, W, R, L, T, const WORDS: usize>(
         }
     }
     seen.loads = Some(ledger.version());
-    // Every block matched in device memory (the common case): each row's CACHE inputs are its
-    // device count's, without `Cache::from_tiers`'s per-row checks. One loop per case.
-    if cache && overlaps.device_only() && Cache::in_device_is_exact(hw, dw, bs) {
+    // One loop per way of writing CACHE, as in `fill_placed`.
+    if cache && device_only(overlaps, hw, dw, bs) {
         refill(rows, places, blocks, |row, bit| {
-            // A worker the index does not know gets zeros without the flag, as `clear_cache`
-            // writes them, without a branch.
-            let device = bit.map_or(0, |bit| overlaps.count(0, bit));
-            *row = row.with_cache(Cache::in_device(device, bs));
-            if bit.is_none() {
-                row.flags = RowFlags(row.flags.0 & !RowFlags::HAS_CACHE.0);
-            }
+            write_device_cache(overlaps, bit, row, bs);
         });
     } else if cache {
         refill(rows, places, blocks, |row, bit| {
@@ -677,6 +729,13 @@ fn fill_fleet<B, W, R, L, T, const WORDS: usize>(
     } else {
         refill(rows, places, blocks, |row, _| clear_cache(row));
     }
+}
+
+/// Whether a route may write its rows' CACHE inputs with [`write_device_cache`]: the query
+/// matched device blocks only, and the weights and block size make that exact.
+#[inline]
+fn device_only<const WORDS: usize>(overlaps: &Overlaps<WORDS>, hw: f64, dw: f64, bs: u32) -> bool {
+    overlaps.device_only() && Cache::in_device_is_exact(hw, dw, bs)
 }
 
 /// Writes each fleet row's CACHE inputs with `cache` (given the worker's index bit kept in its
