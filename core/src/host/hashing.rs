@@ -14,6 +14,7 @@
 //! (`core/tests/hashing.rs`), so a libroute router reads the hashes a Dynamo publisher relays and
 //! hashes requests the way Dynamo does.
 
+use core::convert::Infallible;
 use core::fmt;
 
 use xxhash_rust::xxh3::{Xxh3, xxh3_64_with_seed};
@@ -128,15 +129,37 @@ impl BlockHasher {
     }
 
     /// The local hash of `len` tokens read from `tokens` (which must yield at least `len`;
-    /// missing ones hash as absent). For decoders that read tokens off the wire.
+    /// missing ones hash as zeros).
     pub(crate) fn local_hash_of(&self, len: usize, mut tokens: impl Iterator<Item = u32>) -> u64 {
+        let fill = |bytes: &mut [u8]| {
+            for (out, token) in bytes.chunks_exact_mut(4).zip(&mut tokens) {
+                out.copy_from_slice(&token.to_le_bytes());
+            }
+            Ok::<(), Infallible>(())
+        };
+        match self.local_hash_with(len, fill) {
+            Ok(hash) => hash,
+            Err(never) => match never {},
+        }
+    }
+
+    /// The local hash of `len` tokens that `fill` writes, as little-endian `u32`s, into the
+    /// buffers it is given in turn (`len * 4` bytes in all): decoders write the tokens straight
+    /// off the wire, with no iterator between them and the hash. `fill`'s first error is
+    /// returned.
+    #[inline]
+    pub(crate) fn local_hash_with<E>(
+        &self,
+        len: usize,
+        mut fill: impl FnMut(&mut [u8]) -> Result<(), E>,
+    ) -> Result<u64, E> {
         // The buffer is zeroed on every call, so its size follows the block's: 16 and 64 tokens
         // are the usual block sizes.
         if len <= 16 {
-            return self.one_shot::<64>(len, tokens);
+            return self.one_shot::<64, E>(len, fill);
         }
         if len * 4 <= CHUNK_BYTES {
-            return self.one_shot::<CHUNK_BYTES>(len, tokens);
+            return self.one_shot::<CHUNK_BYTES, E>(len, fill);
         }
         // Longer than a chunk: stream it (the streaming digest equals the one-shot hash).
         let mut buf = [0u8; CHUNK_BYTES];
@@ -145,24 +168,24 @@ impl BlockHasher {
         while left > 0 {
             let take = left.min(CHUNK_BYTES / 4);
             let bytes = &mut buf[..take * 4];
-            for (out, token) in bytes.chunks_exact_mut(4).zip(&mut tokens) {
-                out.copy_from_slice(&token.to_le_bytes());
-            }
+            fill(bytes)?;
             state.update(bytes);
             left -= take;
         }
-        state.digest()
+        Ok(state.digest())
     }
 
-    /// xxh3-64 of `len` tokens (`len * 4 <= N`) written into an `N`-byte buffer.
+    /// xxh3-64 of `len` tokens (`len * 4 <= N`) written by `fill` into an `N`-byte buffer.
     #[inline]
-    fn one_shot<const N: usize>(&self, len: usize, tokens: impl Iterator<Item = u32>) -> u64 {
+    fn one_shot<const N: usize, E>(
+        &self,
+        len: usize,
+        fill: impl FnOnce(&mut [u8]) -> Result<(), E>,
+    ) -> Result<u64, E> {
         let mut buf = [0u8; N];
         let bytes = &mut buf[..len * 4];
-        for (out, token) in bytes.chunks_exact_mut(4).zip(tokens) {
-            out.copy_from_slice(&token.to_le_bytes());
-        }
-        xxh3_64_with_seed(bytes, self.seed)
+        fill(bytes)?;
+        Ok(xxh3_64_with_seed(bytes, self.seed))
     }
 
     /// The sequence hash of a block whose parent block has sequence hash `parent` and whose own

@@ -281,12 +281,9 @@ impl<'b> Prehash<'b> {
         }
         let start = self.filled;
         for _ in 0..blocks {
-            let mut failed = None;
-            let tokens = (0..size).map_while(|_| r.u32().map_err(|e| failed = Some(e)).ok());
-            let local = self.hasher.local_hash_of(size, tokens);
-            if let Some(e) = failed {
-                return Err(e);
-            }
+            let local = self
+                .hasher
+                .local_hash_with(size, |bytes| r.u32s_le(bytes))?;
             self.locals[self.filled] = local;
             self.filled += 1;
         }

@@ -223,6 +223,16 @@ impl<'a> Reader<'a> {
         Ok(())
     }
 
+    /// `out.len() / 4` unsigned integers of at most `u32::MAX` each, written to `out` as
+    /// little-endian bytes (as token ids are hashed).
+    #[inline]
+    pub(crate) fn u32s_le(&mut self, out: &mut [u8]) -> Result<(), WireError> {
+        for bytes in out.chunks_exact_mut(4) {
+            bytes.copy_from_slice(&self.u32()?.to_le_bytes());
+        }
+        Ok(())
+    }
+
     /// An unsigned integer of at most `u32::MAX`.
     #[inline]
     pub(crate) fn u32(&mut self) -> Result<u32, WireError> {
