@@ -7,6 +7,7 @@
 
 use core::fmt;
 
+use crate::engine::policy::LEFT_OUT;
 use crate::engine::rng::RandomSource;
 use crate::vocab::{Candidates, RequestView, RowView, WorkerInputs};
 use crate::vocab::{Leg, Row};
@@ -71,6 +72,84 @@ pub trait Filter {
         request: &RequestView<'_>,
         row: &RowView<'_>,
     ) -> Result<Verdict, ComponentError>;
+
+    /// A capability the engine asks for: [`Filter::check`] of every row `admission` still keeps,
+    /// in one call, through [`Admission::check_each`] (one loop of this filter's own check,
+    /// instead of a call through the policy's list per row). Return `None` (the default) not to
+    /// offer it, and the engine asks row by row. An error, here or from any filter, makes the
+    /// engine decide row by row instead, so the error a selection reports does not depend on it.
+    fn check_rows(
+        &self,
+        request: &RequestView<'_>,
+        rows: &[Row],
+        admission: &mut Admission<'_>,
+    ) -> Option<Result<(), ComponentError>> {
+        let _ = (request, rows, admission);
+        None
+    }
+}
+
+/// The rows a selection still keeps while its filters decide, for [`Filter::check_rows`]: each
+/// row is asked only when every check before it kept the row (the host's overload mark, the
+/// request's required taints and the filters before this one).
+#[derive(Debug)]
+pub struct Admission<'a> {
+    /// One entry per row, its index, marked [`LEFT_OUT`] when the row is no longer kept.
+    order: &'a mut [u32],
+    /// Rows a filter rejected.
+    rejected: usize,
+    /// Rows left out as overloaded (the host's mark or a filter's verdict).
+    overloaded: usize,
+}
+
+impl<'a> Admission<'a> {
+    /// Admission over `order` (marked as [`crate::engine::mark_unfiltered`] marks it), with
+    /// `overloaded` rows already left out as overloaded.
+    pub(crate) fn new(order: &'a mut [u32], overloaded: usize) -> Self {
+        Self {
+            order,
+            rejected: 0,
+            overloaded,
+        }
+    }
+
+    /// The entries, for the engine to compact, and how many rows were rejected and how many
+    /// left out as overloaded.
+    pub(crate) fn finish(self) -> (&'a mut [u32], usize, usize) {
+        (self.order, self.rejected, self.overloaded)
+    }
+
+    /// Asks `check` about every row still kept, in row order, and leaves out each it does not
+    /// keep (`rows` are the selection's rows, all of them). Stops at `check`'s first error and
+    /// returns it.
+    ///
+    /// # Errors
+    ///
+    /// `check`'s first error.
+    #[inline]
+    pub fn check_each<E>(
+        &mut self,
+        rows: &[Row],
+        mut check: impl FnMut(&Row) -> Result<Verdict, E>,
+    ) -> Result<(), E> {
+        for (slot, row) in self.order.iter_mut().zip(rows) {
+            if *slot & LEFT_OUT != 0 {
+                continue;
+            }
+            match check(row)? {
+                Verdict::Keep => {}
+                Verdict::Reject => {
+                    *slot |= LEFT_OUT;
+                    self.rejected += 1;
+                }
+                Verdict::Overloaded => {
+                    *slot |= LEFT_OUT;
+                    self.overloaded += 1;
+                }
+            }
+        }
+        Ok(())
+    }
 }
 
 /// Writes one cost per candidate; the policy sums the scorers' costs.
@@ -221,6 +300,14 @@ impl<T: Filter + ?Sized> Filter for &T {
     ) -> Result<Verdict, ComponentError> {
         (**self).check(request, row)
     }
+    fn check_rows(
+        &self,
+        request: &RequestView<'_>,
+        rows: &[Row],
+        admission: &mut Admission<'_>,
+    ) -> Option<Result<(), ComponentError>> {
+        (**self).check_rows(request, rows, admission)
+    }
 }
 
 impl<T: Scorer + ?Sized> Scorer for &T {
@@ -292,6 +379,20 @@ pub trait Filters {
             request,
             row,
         )
+    }
+
+    /// Every filter's [`Filter::check_rows`], in order; `None` as soon as one does not offer it
+    /// or fails (the engine then asks row by row, from the start).
+    fn check_rows(
+        &self,
+        request: &RequestView<'_>,
+        rows: &[Row],
+        admission: &mut Admission<'_>,
+    ) -> Option<()> {
+        for i in 0..self.len() {
+            self.get(i)?.check_rows(request, rows, admission)?.ok()?;
+        }
+        Some(())
     }
 }
 
@@ -420,6 +521,14 @@ impl<L: Filters + ?Sized> Filters for &L {
         row: &RowView<'_>,
     ) -> Result<Option<(usize, Verdict)>, (usize, ComponentError)> {
         (**self).first_refusal(request, row)
+    }
+    fn check_rows(
+        &self,
+        request: &RequestView<'_>,
+        rows: &[Row],
+        admission: &mut Admission<'_>,
+    ) -> Option<()> {
+        (**self).check_rows(request, rows, admission)
     }
 }
 

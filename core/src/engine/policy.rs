@@ -4,7 +4,7 @@
 use core::fmt;
 
 use super::component::{
-    ComponentError, Filters, Pick, PickInput, PickReason, Picker, Scorers, Verdict,
+    Admission, ComponentError, Filters, Pick, PickInput, PickReason, Picker, Scorers, Verdict,
 };
 use super::outcome::{Disposition, Explanation, SelectError, Selection};
 use super::rng::{RandomSource, WyRand};
@@ -467,6 +467,8 @@ impl<F: Filters, S: Scorers, P: Picker> Policy<F, S, P> {
                 compact_left_out(order, |_, _| {});
             }
             m
+        } else if let Some(m) = self.admit_in_passes(&filter_view, request, rows, scratch)? {
+            m
         } else {
             let mut m = 0;
             let (mut filtered, mut overloaded) = (0usize, 0usize);
@@ -559,6 +561,48 @@ impl<F: Filters, S: Scorers, P: Picker> Policy<F, S, P> {
             }
         }
         Ok((m, declared))
+    }
+
+    /// Step 1 with filters, a pass per filter ([`Filter::check_rows`]) after one branch-free
+    /// pass of validity, eligibility and the host's overload marks ([`mark_unfiltered`]): the
+    /// candidates into `scratch.order`, or `None` when some row is invalid or some filter does
+    /// not offer the pass or fails, for the row-by-row loop to decide (and report what is
+    /// wrong) as it always has. Every row gets the verdicts the row-by-row loop gives it: each
+    /// filter is asked about the rows every check before it kept.
+    fn admit_in_passes(
+        &self,
+        view: &RequestView<'_>,
+        request: &Request<'_>,
+        rows: &[Row],
+        scratch: &mut Scratch<'_>,
+    ) -> Result<Option<usize>, SelectError> {
+        let order = &mut scratch.order[..rows.len()];
+        let marked = mark_unfiltered(rows, request.required_taints, order, |_, _, _| {});
+        if marked.invalid {
+            return Ok(None);
+        }
+        // Rows with the required taints but left out: the host's overload marks.
+        let host_overloaded = marked.eligible - (rows.len() - marked.left_out);
+        let mut admission = Admission::new(order, host_overloaded);
+        if self
+            .filters
+            .check_rows(view, rows, &mut admission)
+            .is_none()
+        {
+            return Ok(None);
+        }
+        let (order, rejected, overloaded) = admission.finish();
+        let m = compact_left_out(order, |_, _| {});
+        if m == 0 {
+            return Err(if rejected > 0 {
+                SelectError::AllFiltered
+            } else if overloaded > 0 {
+                SelectError::AllOverloaded
+            } else {
+                SelectError::NoEndpoints
+            });
+        }
+        Ok(Some(m))
     }
 
     /// Steps 1 to 3 in one pass, when the policy's only component is a scorer that offers one

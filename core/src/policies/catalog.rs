@@ -11,7 +11,8 @@
 
 use crate::engine::rng::{self, RandomSource};
 use crate::engine::{
-    ComponentError, Filter, Filters, Pick, PickInput, PickReason, Picker, Scorer, Scorers, Verdict,
+    Admission, ComponentError, Filter, Filters, Pick, PickInput, PickReason, Picker, Scorer,
+    Scorers, Verdict,
 };
 use crate::engine::{LEFT_OUT, MAX_SCORERS, compact_left_out, mark_unfiltered, refusal_among};
 use crate::policies::{DefaultCost, DefaultPicker};
@@ -913,6 +914,15 @@ impl Filter for RequireTaints {
             Verdict::Reject
         })
     }
+
+    fn check_rows(
+        &self,
+        request: &RequestView<'_>,
+        rows: &[Row],
+        admission: &mut Admission<'_>,
+    ) -> Option<Result<(), ComponentError>> {
+        Some(admission.check_each(rows, |row| self.check(request, &RowView::new(request, row))))
+    }
 }
 
 /// Removes workers above a load limit as overloaded (a row without a load projection passes).
@@ -951,6 +961,15 @@ impl Filter for OverloadLimits {
                 Verdict::Keep
             },
         )
+    }
+
+    fn check_rows(
+        &self,
+        request: &RequestView<'_>,
+        rows: &[Row],
+        admission: &mut Admission<'_>,
+    ) -> Option<Result<(), ComponentError>> {
+        Some(admission.check_each(rows, |row| self.check(request, &RowView::new(request, row))))
     }
 }
 
@@ -994,6 +1013,15 @@ impl Filter for AllowList {
         } else {
             Verdict::Reject
         })
+    }
+
+    fn check_rows(
+        &self,
+        request: &RequestView<'_>,
+        rows: &[Row],
+        admission: &mut Admission<'_>,
+    ) -> Option<Result<(), ComponentError>> {
+        Some(admission.check_each(rows, |row| self.check(request, &RowView::new(request, row))))
     }
 }
 
@@ -1171,6 +1199,19 @@ impl Filter for BuiltinFilter {
             BuiltinFilter::RequireTaints(f) => f.check(request, row),
             BuiltinFilter::OverloadLimits(f) => f.check(request, row),
             BuiltinFilter::AllowList(f) => f.check(request, row),
+        }
+    }
+
+    fn check_rows(
+        &self,
+        request: &RequestView<'_>,
+        rows: &[Row],
+        admission: &mut Admission<'_>,
+    ) -> Option<Result<(), ComponentError>> {
+        match self {
+            BuiltinFilter::RequireTaints(f) => f.check_rows(request, rows, admission),
+            BuiltinFilter::OverloadLimits(f) => f.check_rows(request, rows, admission),
+            BuiltinFilter::AllowList(f) => f.check_rows(request, rows, admission),
         }
     }
 }

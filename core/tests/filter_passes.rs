@@ -1,0 +1,185 @@
+//! Filters asked a pass at a time (`Filter::check_rows`) against the same filters asked row by
+//! row: the same selections and the same errors, on generated fleets with invalid, overloaded
+//! and ineligible rows, requests with required taints, and filters that fail.
+
+use libroute_core::catalog::{
+    AllowList, BuiltinFilter, LeastLoaded, LoadMetric, OverloadLimits, RequireTaints,
+};
+use libroute_core::*;
+use proptest::prelude::*;
+
+/// A filter asked row by row only: it does not offer `check_rows`.
+#[derive(Debug, Clone)]
+struct RowByRow<F>(F);
+
+impl<F: Filter> Filter for RowByRow<F> {
+    fn inputs(&self, leg: Leg) -> WorkerInputs {
+        self.0.inputs(leg)
+    }
+    fn check(
+        &self,
+        request: &RequestView<'_>,
+        row: &RowView<'_>,
+    ) -> Result<Verdict, ComponentError> {
+        self.0.check(request, row)
+    }
+}
+
+/// A filter that fails on one worker id and keeps every other row, offering the pass.
+#[derive(Debug, Clone, Copy)]
+struct FailsOn(u64);
+
+impl Filter for FailsOn {
+    fn inputs(&self, _leg: Leg) -> WorkerInputs {
+        WorkerInputs::NONE
+    }
+    fn check(
+        &self,
+        _request: &RequestView<'_>,
+        row: &RowView<'_>,
+    ) -> Result<Verdict, ComponentError> {
+        if row.raw().worker.worker_id == self.0 {
+            Err(ComponentError { code: 7 })
+        } else {
+            Ok(Verdict::Keep)
+        }
+    }
+    fn check_rows(
+        &self,
+        request: &RequestView<'_>,
+        rows: &[Row],
+        admission: &mut Admission<'_>,
+    ) -> Option<Result<(), ComponentError>> {
+        Some(admission.check_each(rows, |row| self.check(request, &RowView::new(request, row))))
+    }
+}
+
+/// A builtin filter, or the failing one.
+#[derive(Debug, Clone)]
+#[allow(
+    clippy::large_enum_variant,
+    reason = "as the catalog's own list stores them, inline"
+)]
+enum TestFilter {
+    Builtin(BuiltinFilter),
+    Fails(FailsOn),
+}
+
+impl Filter for TestFilter {
+    fn inputs(&self, leg: Leg) -> WorkerInputs {
+        match self {
+            TestFilter::Builtin(f) => f.inputs(leg),
+            TestFilter::Fails(f) => f.inputs(leg),
+        }
+    }
+    fn check(
+        &self,
+        request: &RequestView<'_>,
+        row: &RowView<'_>,
+    ) -> Result<Verdict, ComponentError> {
+        match self {
+            TestFilter::Builtin(f) => f.check(request, row),
+            TestFilter::Fails(f) => f.check(request, row),
+        }
+    }
+    fn check_rows(
+        &self,
+        request: &RequestView<'_>,
+        rows: &[Row],
+        admission: &mut Admission<'_>,
+    ) -> Option<Result<(), ComponentError>> {
+        match self {
+            TestFilter::Builtin(f) => f.check_rows(request, rows, admission),
+            TestFilter::Fails(f) => f.check_rows(request, rows, admission),
+        }
+    }
+}
+
+fn filter() -> impl Strategy<Value = TestFilter> {
+    let limit = proptest::option::of(0u64..60);
+    prop_oneof![
+        3 => (0u64..4).prop_map(|t| TestFilter::Builtin(BuiltinFilter::RequireTaints(RequireTaints(TaintSet(t))))),
+        3 => (limit.clone(), limit.clone(), limit).prop_map(|(b, p, r)| TestFilter::Builtin(BuiltinFilter::OverloadLimits(
+            OverloadLimits { max_active_blocks: b, max_prefill_tokens: p.map(|p| p * 50), max_requests: r.map(|r| r / 4) },
+        ))),
+        2 => prop::collection::vec(0u64..12, 0..8).prop_map(|ids| TestFilter::Builtin(BuiltinFilter::AllowList(AllowList::new(&ids).unwrap()))),
+        1 => (0u64..12).prop_map(|w| TestFilter::Fails(FailsOn(w))),
+    ]
+}
+
+prop_compose! {
+    fn row(id: u64)(loaded in any::<bool>(), apt in 0u64..3000, dcb in 0u64..60, nreq in 0u64..15,
+                    taints in 0u64..8, overloaded in proptest::bool::weighted(0.15),
+                    broken in proptest::bool::weighted(0.04), nan in proptest::bool::weighted(0.04)) -> Row {
+        let mut row = Row::new(WorkerKey::new(id / 2, u32::try_from(id % 2).unwrap())).with_taints(TaintSet(taints));
+        if loaded {
+            row = row.with_load(Load { available: true, active_prefill_tokens: apt, active_decode_blocks: dcb, active_requests: nreq });
+        }
+        if nan {
+            row = row.with_cache(Cache { effective_blocks: f64::NAN, ..Cache::default() });
+        }
+        if broken {
+            row.flags = RowFlags(row.flags.0 | 1 << 30);
+        }
+        row.overloaded(overloaded)
+    }
+}
+
+fn fleet() -> impl Strategy<Value = Vec<Row>> {
+    (1usize..24).prop_flat_map(|n| (0..n as u64).map(row).collect::<Vec<_>>())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 2000, ..ProptestConfig::default() })]
+
+    #[test]
+    fn passes_select_and_fail_as_row_by_row(rows in fleet(), filters in prop::collection::vec(filter(), 1..4),
+                                            required in 0u64..4, seed in proptest::option::of(any::<u64>()),
+                                            entropy in any::<u64>()) {
+        let scorer = (LeastLoaded { metric: LoadMetric::ActiveRequests },);
+        let picker = DefaultPicker { temperature: 0.0 };
+        let passes: Vec<TestFilter> = filters.clone();
+        let by_row: Vec<RowByRow<TestFilter>> = filters.into_iter().map(RowByRow).collect();
+        let fast = Policy::new(&passes[..], scorer, picker).unwrap().with_seed(seed);
+        let slow = Policy::new(&by_row[..], scorer, picker).unwrap().with_seed(seed);
+        let request = Request::new(256, 16).required_taints(TaintSet(required));
+        let (mut a, mut b) = (Box::new(Selector::<32>::with_entropy(entropy)), Box::new(Selector::<32>::with_entropy(entropy)));
+        for _ in 0..3 {
+            let x = fast.select(&mut a, &request, &rows);
+            let y = slow.select(&mut b, &request, &rows);
+            prop_assert_eq!(x, y);
+        }
+    }
+}
+
+#[test]
+fn a_failing_filter_reports_the_row_by_row_error() {
+    // Worker 3's row is rejected by the first filter, worker 1's fails the second: asked row
+    // by row, the selection fails on worker 1 (row 1) before it reaches row 3; a pass per filter
+    // would have failed nowhere else, and the error names the second filter.
+    let rows: Vec<Row> = (0..4)
+        .map(|w| Row::new(WorkerKey::new(w, 0)).with_taints(TaintSet(u64::from(w != 3))))
+        .collect();
+    let filters = [
+        TestFilter::Builtin(BuiltinFilter::RequireTaints(RequireTaints(TaintSet(1)))),
+        TestFilter::Fails(FailsOn(1)),
+    ];
+    let policy = Policy::new(
+        &filters[..],
+        (LeastLoaded {
+            metric: LoadMetric::ActiveRequests,
+        },),
+        DefaultPicker::default(),
+    )
+    .unwrap();
+    let error = policy
+        .select(&mut Selector::<8>::new(), &Request::new(64, 16), &rows)
+        .unwrap_err();
+    assert_eq!(
+        error,
+        SelectError::FilterFailed {
+            filter: 1,
+            error: ComponentError { code: 7 }
+        }
+    );
+}
