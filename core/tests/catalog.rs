@@ -167,6 +167,22 @@ fn session_affinity_is_consistent_and_falls_back() {
     assert_eq!(s.worker.worker_id, expected);
     // No session: least loaded.
     assert_eq!(costs(&p, &REQ, &rows).0.worker.worker_id, 1);
+    // The owner listed twice (an unseeded selection takes that): both rows get the affinity,
+    // and the less loaded of them is picked.
+    let mut twice = rows.clone();
+    let (at, listed) = rows
+        .iter()
+        .enumerate()
+        .find(|(_, r)| r.worker == o)
+        .unwrap();
+    twice.push(row(o.worker_id, 0, 0));
+    let (s, c) = costs(&p, &Request::new(160, 16).session(session), &twice);
+    assert_eq!((s.row, s.worker), (8, o));
+    assert_eq!(c[8], -100.0);
+    assert_eq!(c[at], -100.0 + listed.load().active_requests as f64);
+    for (i, &cost) in c.iter().enumerate().filter(|(i, _)| *i != at && *i != 8) {
+        assert_eq!(cost, twice[i].load().active_requests as f64, "row {i}");
+    }
 }
 
 #[test]

@@ -17,7 +17,7 @@ use crate::engine::{
 use crate::engine::{LEFT_OUT, MAX_SCORERS, compact_left_out, mark_unfiltered, refusal_among};
 use crate::policies::{DefaultCost, DefaultPicker};
 use crate::vocab::{Candidates, RequestView, RowView, WorkerInputs};
-use crate::vocab::{Leg, Load, Row, Speed, TaintSet};
+use crate::vocab::{Leg, Load, Row, Speed, TaintSet, WorkerKey};
 
 /// Which load figure a load-based component reads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -162,7 +162,7 @@ fn gather_then(
             *cost = gather(&rows[i as usize]);
         }
     } else {
-        costs.fill(gather(&Row::new(crate::vocab::WorkerKey::new(0, 0))));
+        costs.fill(gather(&Row::new(WorkerKey::new(0, 0))));
     }
     for cost in costs.iter_mut() {
         *cost = finish(*cost);
@@ -562,25 +562,46 @@ impl Scorer for SessionAffinity {
             costs.fill(0.0);
             return Ok(());
         };
-        let owner = rows
-            .iter()
-            .filter(|r| r.taints.contains_all(request.required_taints()))
-            .max_by_key(|r| {
-                (
-                    rendezvous_hash(session, r.worker.worker_id, r.worker.dp_rank),
-                    r.worker,
-                )
-            })
-            .map(|r| r.worker);
-        // One pass writing every candidate's cost, the owner's -1 selected without a branch (the
-        // worker is not one of the groups a view hides, so reading the row directly is what the
-        // candidate's view shows).
-        for (cost, &i) in costs.iter_mut().zip(order) {
-            *cost = if Some(rows[i as usize].worker) == owner {
-                -1.0
-            } else {
-                0.0
-            };
+        // The owner: the largest (hash, worker) among the rows with the required taints, the
+        // row it was found at, and how many rows list that worker (a host may list one twice).
+        let required = request.required_taints();
+        let mut owner: Option<((u64, WorkerKey), usize)> = None;
+        let mut listed = 0usize;
+        for (i, r) in rows.iter().enumerate() {
+            if !r.taints.contains_all(required) {
+                continue;
+            }
+            let key = (
+                rendezvous_hash(session, r.worker.worker_id, r.worker.dp_rank),
+                r.worker,
+            );
+            match owner {
+                Some((best, _)) if key < best => {}
+                Some((best, _)) if key == best => listed += 1,
+                _ => {
+                    owner = Some((key, i));
+                    listed = 1;
+                }
+            }
+        }
+        costs.fill(0.0);
+        let Some(((_, worker), at)) = owner else {
+            return Ok(());
+        };
+        if listed == 1 {
+            // Its one row, among the candidates' indices: no second pass over the rows.
+            #[allow(clippy::cast_possible_truncation, reason = "rows.len() <= 2^31")]
+            if let Some(k) = order.iter().position(|&i| i == at as u32) {
+                costs[k] = -1.0;
+            }
+        } else {
+            // The worker is not one of the groups a view hides, so reading the row directly is
+            // what the candidate's view shows.
+            for (cost, &i) in costs.iter_mut().zip(order) {
+                if rows[i as usize].worker == worker {
+                    *cost = -1.0;
+                }
+            }
         }
         Ok(())
     }
