@@ -45,7 +45,7 @@ pub enum Verdict {
 /// # Examples
 ///
 /// ```
-/// use libroute_core::{ComponentError, Filter, Leg, RequestView, RowView, Verdict, WorkerInputs};
+/// use libroute_core::{Admission, ComponentError, Filter, Leg, RequestView, Row, RowView, Verdict, WorkerInputs};
 ///
 /// /// Keeps workers with at most `max` active requests.
 /// struct MaxRequests { max: u64 }
@@ -53,8 +53,12 @@ pub enum Verdict {
 /// impl Filter for MaxRequests {
 ///     fn inputs(&self, _leg: Leg) -> WorkerInputs { WorkerInputs::LOAD }
 ///     fn check(&self, _req: &RequestView<'_>, row: &RowView<'_>) -> Result<Verdict, ComponentError> {
-///         let load = row.load().expect("LOAD was declared");
+///         let load = row.load().unwrap_or_default(); // no load projection: keep
 ///         Ok(if load.active_requests > self.max { Verdict::Overloaded } else { Verdict::Keep })
+///     }
+///     // Optional: every row in one loop of this filter's own check (see `check_rows`).
+///     fn check_rows(&self, req: &RequestView<'_>, rows: &[Row], admission: &mut Admission<'_>) -> Option<Result<(), ComponentError>> {
+///         Some(admission.check_each(rows, |row| self.check(req, &RowView::new(req, row))))
 ///     }
 /// }
 /// ```
