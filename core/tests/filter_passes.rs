@@ -47,10 +47,9 @@ impl Filter for FailsOn {
     fn check_rows(
         &self,
         request: &RequestView<'_>,
-        rows: &[Row],
         admission: &mut Admission<'_>,
     ) -> Option<Result<(), ComponentError>> {
-        Some(admission.check_each(rows, |row| self.check(request, &RowView::new(request, row))))
+        Some(admission.check_each(|row| self.check(request, &RowView::new(request, row))))
     }
 }
 
@@ -85,12 +84,11 @@ impl Filter for TestFilter {
     fn check_rows(
         &self,
         request: &RequestView<'_>,
-        rows: &[Row],
         admission: &mut Admission<'_>,
     ) -> Option<Result<(), ComponentError>> {
         match self {
-            TestFilter::Builtin(f) => f.check_rows(request, rows, admission),
-            TestFilter::Fails(f) => f.check_rows(request, rows, admission),
+            TestFilter::Builtin(f) => f.check_rows(request, admission),
+            TestFilter::Fails(f) => f.check_rows(request, admission),
         }
     }
 }

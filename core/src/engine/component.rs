@@ -45,7 +45,7 @@ pub enum Verdict {
 /// # Examples
 ///
 /// ```
-/// use libroute_core::{Admission, ComponentError, Filter, Leg, RequestView, Row, RowView, Verdict, WorkerInputs};
+/// use libroute_core::{Admission, ComponentError, Filter, Leg, RequestView, RowView, Verdict, WorkerInputs};
 ///
 /// /// Keeps workers with at most `max` active requests.
 /// struct MaxRequests { max: u64 }
@@ -57,8 +57,8 @@ pub enum Verdict {
 ///         Ok(if load.active_requests > self.max { Verdict::Overloaded } else { Verdict::Keep })
 ///     }
 ///     // Optional: every row in one loop of this filter's own check (see `check_rows`).
-///     fn check_rows(&self, req: &RequestView<'_>, rows: &[Row], admission: &mut Admission<'_>) -> Option<Result<(), ComponentError>> {
-///         Some(admission.check_each(rows, |row| self.check(req, &RowView::new(req, row))))
+///     fn check_rows(&self, req: &RequestView<'_>, admission: &mut Admission<'_>) -> Option<Result<(), ComponentError>> {
+///         Some(admission.check_each(|row| self.check(req, &RowView::new(req, row))))
 ///     }
 /// }
 /// ```
@@ -85,10 +85,9 @@ pub trait Filter {
     fn check_rows(
         &self,
         request: &RequestView<'_>,
-        rows: &[Row],
         admission: &mut Admission<'_>,
     ) -> Option<Result<(), ComponentError>> {
-        let _ = (request, rows, admission);
+        let _ = (request, admission);
         None
     }
 }
@@ -98,6 +97,8 @@ pub trait Filter {
 /// request's required taints and the filters before this one).
 #[derive(Debug)]
 pub struct Admission<'a> {
+    /// The selection's rows.
+    rows: &'a [Row],
     /// One entry per row, its index, marked [`LEFT_OUT`] when the row is no longer kept.
     order: &'a mut [u32],
     /// Rows a filter rejected.
@@ -107,10 +108,12 @@ pub struct Admission<'a> {
 }
 
 impl<'a> Admission<'a> {
-    /// Admission over `order` (marked as [`crate::engine::mark_unfiltered`] marks it), with
-    /// `overloaded` rows already left out as overloaded.
-    pub(crate) fn new(order: &'a mut [u32], overloaded: usize) -> Self {
+    /// Admission of `rows` over `order` (one entry per row, marked as
+    /// [`crate::engine::mark_unfiltered`] marks it), with `overloaded` rows already left out as
+    /// overloaded.
+    pub(crate) fn new(rows: &'a [Row], order: &'a mut [u32], overloaded: usize) -> Self {
         Self {
+            rows,
             order,
             rejected: 0,
             overloaded,
@@ -124,8 +127,7 @@ impl<'a> Admission<'a> {
     }
 
     /// Asks `check` about every row still kept, in row order, and leaves out each it does not
-    /// keep (`rows` are the selection's rows, all of them). Stops at `check`'s first error and
-    /// returns it.
+    /// keep. Stops at `check`'s first error and returns it.
     ///
     /// # Errors
     ///
@@ -133,10 +135,9 @@ impl<'a> Admission<'a> {
     #[inline]
     pub fn check_each<E>(
         &mut self,
-        rows: &[Row],
         mut check: impl FnMut(&Row) -> Result<Verdict, E>,
     ) -> Result<(), E> {
-        for (slot, row) in self.order.iter_mut().zip(rows) {
+        for (slot, row) in self.order.iter_mut().zip(self.rows) {
             if *slot & LEFT_OUT != 0 {
                 continue;
             }
@@ -307,10 +308,9 @@ impl<T: Filter + ?Sized> Filter for &T {
     fn check_rows(
         &self,
         request: &RequestView<'_>,
-        rows: &[Row],
         admission: &mut Admission<'_>,
     ) -> Option<Result<(), ComponentError>> {
-        (**self).check_rows(request, rows, admission)
+        (**self).check_rows(request, admission)
     }
 }
 
@@ -387,14 +387,9 @@ pub trait Filters {
 
     /// Every filter's [`Filter::check_rows`], in order; `None` as soon as one does not offer it
     /// or fails (the engine then asks row by row, from the start).
-    fn check_rows(
-        &self,
-        request: &RequestView<'_>,
-        rows: &[Row],
-        admission: &mut Admission<'_>,
-    ) -> Option<()> {
+    fn check_rows(&self, request: &RequestView<'_>, admission: &mut Admission<'_>) -> Option<()> {
         for i in 0..self.len() {
-            self.get(i)?.check_rows(request, rows, admission)?.ok()?;
+            self.get(i)?.check_rows(request, admission)?.ok()?;
         }
         Some(())
     }
@@ -526,13 +521,8 @@ impl<L: Filters + ?Sized> Filters for &L {
     ) -> Result<Option<(usize, Verdict)>, (usize, ComponentError)> {
         (**self).first_refusal(request, row)
     }
-    fn check_rows(
-        &self,
-        request: &RequestView<'_>,
-        rows: &[Row],
-        admission: &mut Admission<'_>,
-    ) -> Option<()> {
-        (**self).check_rows(request, rows, admission)
+    fn check_rows(&self, request: &RequestView<'_>, admission: &mut Admission<'_>) -> Option<()> {
+        (**self).check_rows(request, admission)
     }
 }
 

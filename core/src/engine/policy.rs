@@ -583,12 +583,8 @@ impl<F: Filters, S: Scorers, P: Picker> Policy<F, S, P> {
         }
         // Rows with the required taints but left out: the host's overload marks.
         let host_overloaded = marked.eligible - (rows.len() - marked.left_out);
-        let mut admission = Admission::new(order, host_overloaded);
-        if self
-            .filters
-            .check_rows(view, rows, &mut admission)
-            .is_none()
-        {
+        let mut admission = Admission::new(rows, order, host_overloaded);
+        if self.filters.check_rows(view, &mut admission).is_none() {
             return Ok(None);
         }
         let (order, rejected, overloaded) = admission.finish();

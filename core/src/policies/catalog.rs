@@ -939,10 +939,9 @@ impl Filter for RequireTaints {
     fn check_rows(
         &self,
         request: &RequestView<'_>,
-        rows: &[Row],
         admission: &mut Admission<'_>,
     ) -> Option<Result<(), ComponentError>> {
-        Some(admission.check_each(rows, |row| self.check(request, &RowView::new(request, row))))
+        Some(admission.check_each(|row| self.check(request, &RowView::new(request, row))))
     }
 }
 
@@ -987,10 +986,9 @@ impl Filter for OverloadLimits {
     fn check_rows(
         &self,
         request: &RequestView<'_>,
-        rows: &[Row],
         admission: &mut Admission<'_>,
     ) -> Option<Result<(), ComponentError>> {
-        Some(admission.check_each(rows, |row| self.check(request, &RowView::new(request, row))))
+        Some(admission.check_each(|row| self.check(request, &RowView::new(request, row))))
     }
 }
 
@@ -1039,10 +1037,9 @@ impl Filter for AllowList {
     fn check_rows(
         &self,
         request: &RequestView<'_>,
-        rows: &[Row],
         admission: &mut Admission<'_>,
     ) -> Option<Result<(), ComponentError>> {
-        Some(admission.check_each(rows, |row| self.check(request, &RowView::new(request, row))))
+        Some(admission.check_each(|row| self.check(request, &RowView::new(request, row))))
     }
 }
 
@@ -1226,13 +1223,12 @@ impl Filter for BuiltinFilter {
     fn check_rows(
         &self,
         request: &RequestView<'_>,
-        rows: &[Row],
         admission: &mut Admission<'_>,
     ) -> Option<Result<(), ComponentError>> {
         match self {
-            BuiltinFilter::RequireTaints(f) => f.check_rows(request, rows, admission),
-            BuiltinFilter::OverloadLimits(f) => f.check_rows(request, rows, admission),
-            BuiltinFilter::AllowList(f) => f.check_rows(request, rows, admission),
+            BuiltinFilter::RequireTaints(f) => f.check_rows(request, admission),
+            BuiltinFilter::OverloadLimits(f) => f.check_rows(request, admission),
+            BuiltinFilter::AllowList(f) => f.check_rows(request, admission),
         }
     }
 }
