@@ -208,3 +208,50 @@ proptest! {
         }
     }
 }
+
+/// A scorer that gives every candidate the same cost.
+struct Constant(f64);
+
+impl Scorer for Constant {
+    fn inputs(&self, _leg: Leg) -> WorkerInputs {
+        WorkerInputs::NONE
+    }
+    fn score(
+        &self,
+        _request: &RequestView<'_>,
+        _rows: &Candidates<'_>,
+        costs: &mut [f64],
+    ) -> Result<(), ComponentError> {
+        costs.fill(self.0);
+        Ok(())
+    }
+}
+
+#[test]
+fn totals_are_summed_onto_zeros_in_the_scorers_order() {
+    // Adding onto a zeroed total is not the bare sum of the columns: 0 + (-0) is +0. Totals keep
+    // that sign, and sum in the scorers' order (the rounding shows it).
+    let rows = [Row::new(WorkerKey::new(1, 0))];
+    let request = Request::new(64, 16);
+    let mut selector = Selector::<4>::new();
+    let zeros = Policy::new(
+        (),
+        (Constant(-0.0), Constant(-0.0)),
+        DefaultPicker::default(),
+    )
+    .unwrap();
+    let cost = zeros.select(&mut selector, &request, &rows).unwrap().cost;
+    assert_eq!(cost.to_bits(), 0.0f64.to_bits());
+    let one = Policy::new((), (Constant(-0.0),), DefaultPicker::default()).unwrap();
+    let cost = one.select(&mut selector, &request, &rows).unwrap().cost;
+    assert_eq!(cost.to_bits(), (-0.0f64).to_bits());
+    let ordered = Policy::new(
+        (),
+        (Constant(1e16), Constant(1.0), Constant(1.0)),
+        DefaultPicker::default(),
+    )
+    .unwrap();
+    let cost = ordered.select(&mut selector, &request, &rows).unwrap().cost;
+    assert_eq!(cost, (1e16 + 1.0) + 1.0);
+    assert_ne!(cost, 1e16 + (1.0 + 1.0));
+}

@@ -547,10 +547,16 @@ impl<F: Filters, S: Scorers, P: Picker> Policy<F, S, P> {
         }
         if scorers > 1 {
             let totals = &mut scratch.totals[..m];
-            totals.fill(0.0);
-            for s in 0..scorers {
-                let column = &scratch.costs[s * capacity..s * capacity + m];
-                for (t, c) in totals.iter_mut().zip(column) {
+            let costs = &scratch.costs;
+            let column = |s: usize| &costs[s * capacity..s * capacity + m];
+            // The columns summed in order onto zeros, `(0 + c0) + c1 + ...` (the same bits as
+            // adding each to a zeroed total: `0 + c` is not always `c`, for `c = -0`), the first
+            // two in one pass.
+            for ((t, a), b) in totals.iter_mut().zip(column(0)).zip(column(1)) {
+                *t = (0.0 + *a) + *b;
+            }
+            for s in 2..scorers {
+                for (t, c) in totals.iter_mut().zip(column(s)) {
                     *t += *c;
                 }
             }
