@@ -404,7 +404,7 @@ where
                     });
                 } else if cache {
                     fill_hashed(ledger, rows, blocks, |row| {
-                        write_cache(overlaps, index.bit_of(row.worker), row, hw, dw, bs);
+                        index.fill_row(overlaps, row, hw, dw, bs);
                     });
                 } else {
                     fill_hashed(ledger, rows, blocks, |_| {});
