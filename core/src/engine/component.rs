@@ -58,7 +58,7 @@ pub enum Verdict {
 ///     }
 ///     // Optional: every row in one loop of this filter's own check (see `check_rows`).
 ///     fn check_rows(&self, req: &RequestView<'_>, admission: &mut Admission<'_>) -> Option<Result<(), ComponentError>> {
-///         Some(admission.check_each(|row| self.check(req, &RowView::new(req, row))))
+///         Some(admission.check_with(self, req))
 ///     }
 /// }
 /// ```
@@ -78,7 +78,7 @@ pub trait Filter {
     ) -> Result<Verdict, ComponentError>;
 
     /// A capability the engine asks for: [`Filter::check`] of every row `admission` still keeps,
-    /// in one call, through [`Admission::check_each`] (one loop of this filter's own check,
+    /// in one call, through [`Admission::check_with`] (one loop of this filter's own check,
     /// instead of a call through the policy's list per row). Return `None` (the default) not to
     /// offer it, and the engine asks row by row. An error, here or from any filter, makes the
     /// engine decide row by row instead, so the error a selection reports does not depend on it.
@@ -124,6 +124,23 @@ impl<'a> Admission<'a> {
     /// left out as overloaded.
     pub(crate) fn finish(self) -> (&'a mut [u32], usize, usize) {
         (self.order, self.rejected, self.overloaded)
+    }
+
+    /// Asks `filter`'s own [`Filter::check`] about every row still kept, through the same
+    /// [`RowView`] the row-by-row loop gives it: what a filter that offers
+    /// [`Filter::check_rows`] usually calls. The loop is this filter's alone, so its check can
+    /// be inlined into it.
+    ///
+    /// # Errors
+    ///
+    /// The check's first error.
+    #[inline]
+    pub fn check_with<F: Filter + ?Sized>(
+        &mut self,
+        filter: &F,
+        request: &RequestView<'_>,
+    ) -> Result<(), ComponentError> {
+        self.check_each(|row| filter.check(request, &RowView::new(request, row)))
     }
 
     /// Asks `check` about every row still kept, in row order, and leaves out each it does not

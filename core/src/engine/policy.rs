@@ -457,11 +457,8 @@ impl<F: Filters, S: Scorers, P: Picker> Policy<F, S, P> {
             }
             let (left_out, m) = (marked.left_out, rows.len() - marked.left_out);
             if m == 0 {
-                return Err(if marked.eligible > 0 {
-                    SelectError::AllOverloaded
-                } else {
-                    SelectError::NoEndpoints
-                });
+                // Every eligible row is left out by its overload mark.
+                return Err(nothing_admitted(0, marked.eligible));
             }
             if left_out > 0 {
                 compact_left_out(order, |_, _| {});
@@ -493,13 +490,7 @@ impl<F: Filters, S: Scorers, P: Picker> Policy<F, S, P> {
                 }
             }
             if m == 0 {
-                return Err(if filtered > 0 {
-                    SelectError::AllFiltered
-                } else if overloaded > 0 {
-                    SelectError::AllOverloaded
-                } else {
-                    SelectError::NoEndpoints
-                });
+                return Err(nothing_admitted(filtered, overloaded));
             }
             m
         };
@@ -596,13 +587,7 @@ impl<F: Filters, S: Scorers, P: Picker> Policy<F, S, P> {
         let (order, rejected, overloaded) = admission.finish();
         let m = compact_left_out(order, |_, _| {});
         if m == 0 {
-            return Err(if rejected > 0 {
-                SelectError::AllFiltered
-            } else if overloaded > 0 {
-                SelectError::AllOverloaded
-            } else {
-                SelectError::NoEndpoints
-            });
+            return Err(nothing_admitted(rejected, overloaded));
         }
         Ok(Some(m))
     }
@@ -653,6 +638,19 @@ impl<F: Filters, S: Scorers, P: Picker> Policy<F, S, P> {
             Ok(Some((_, verdict))) => Ok(verdict),
             Err((filter, error)) => Err(SelectError::FilterFailed { filter, error }),
         }
+    }
+}
+
+/// Why no row was admitted, from how many rows filters rejected and how many were left out as
+/// overloaded (by the host's mark or a filter): a rejection names the filters, else an overload,
+/// else no row carried the required taints.
+fn nothing_admitted(rejected: usize, overloaded: usize) -> SelectError {
+    if rejected > 0 {
+        SelectError::AllFiltered
+    } else if overloaded > 0 {
+        SelectError::AllOverloaded
+    } else {
+        SelectError::NoEndpoints
     }
 }
 

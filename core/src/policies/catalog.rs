@@ -941,7 +941,7 @@ impl Filter for RequireTaints {
         request: &RequestView<'_>,
         admission: &mut Admission<'_>,
     ) -> Option<Result<(), ComponentError>> {
-        Some(admission.check_each(|row| self.check(request, &RowView::new(request, row))))
+        Some(admission.check_with(self, request))
     }
 }
 
@@ -988,7 +988,7 @@ impl Filter for OverloadLimits {
         request: &RequestView<'_>,
         admission: &mut Admission<'_>,
     ) -> Option<Result<(), ComponentError>> {
-        Some(admission.check_each(|row| self.check(request, &RowView::new(request, row))))
+        Some(admission.check_with(self, request))
     }
 }
 
@@ -1039,7 +1039,7 @@ impl Filter for AllowList {
         request: &RequestView<'_>,
         admission: &mut Admission<'_>,
     ) -> Option<Result<(), ComponentError>> {
-        Some(admission.check_each(|row| self.check(request, &RowView::new(request, row))))
+        Some(admission.check_with(self, request))
     }
 }
 
