@@ -93,6 +93,7 @@ mod vocab;
 
 pub use engine::rng;
 pub use host::calibrate;
+pub use host::snapshot;
 pub use policies::catalog;
 #[cfg(feature = "std")]
 pub use policies::catalog_config;
@@ -111,8 +112,8 @@ pub use host::{
     BlockEntry, BlockHasher, BlockSlot, Fleet, FleetError, FleetPlace, HashError, IndexCounters,
     IndexError, KvEvent, Ledger, LedgerCounters, LedgerError, LedgerEvent, LoadSlot, Overlaps,
     Place, PredictionKey, PredictionRecord, PredictionSlot, Predictions, PrefixIndex, RequestEntry,
-    RequestSlot, RouteError, Router, Slot, StorageError, TableKey, Tier, WorkerLoad, WorkerSlot,
-    WorkerState,
+    RequestSlot, RouteError, Router, Slot, SnapshotError, SnapshotProblem, SnapshotReader,
+    StorageError, TableKey, Tier, WorkerLoad, WorkerSlot, WorkerState,
 };
 pub use policies::{
     ConfigError, DefaultCost, DefaultKnobs, DefaultPicker, DefaultPolicy, DefaultPolicyConfig,

@@ -194,6 +194,32 @@ fn index_ledger_and_router_do_not_allocate_after_construction() {
         run(&mut router, i);
     }
     assert_eq!(allocations() - before, 0);
+
+    // A snapshot written into a buffer sized beforehand, and read back into storage given
+    // beforehand: no allocation of the core's own.
+    let mut len = 0;
+    router.write_snapshot(&mut |b: &[u8]| len += b.len());
+    let mut buffer = vec![0u8; len];
+    let storage = (
+        vec![BlockSlot::<1>::empty(); 1 << 14],
+        vec![WorkerSlot::empty(); 128],
+        vec![RequestSlot::empty(); 1 << 12],
+        vec![LoadSlot::empty(); 128],
+        vec![0u64; 256],
+    );
+    let before = allocations();
+    let mut at = 0;
+    router.write_snapshot(&mut |b: &[u8]| {
+        buffer[at..at + b.len()].copy_from_slice(b);
+        at += b.len();
+    });
+    let mut reader = SnapshotReader::new(&buffer);
+    let index = PrefixIndex::<_, _, 1>::from_snapshot(storage.0, storage.1, &mut reader).unwrap();
+    let ledger = Ledger::from_snapshot(storage.2, storage.3, storage.4, &mut reader).unwrap();
+    reader.finish().unwrap();
+    assert_eq!(allocations() - before, 0);
+    assert_eq!(index.counters(), router.index.counters());
+    assert_eq!(ledger.counters(), router.ledger.counters());
 }
 
 #[test]

@@ -60,6 +60,33 @@ pub struct Fit {
 }
 
 impl Fit {
+    /// The observation count and the nine sums, for a snapshot.
+    pub(crate) const fn parts(&self) -> (u64, [f64; 9]) {
+        (
+            self.seen,
+            [
+                self.n, self.x, self.d, self.t, self.xx, self.xd, self.dd, self.xt, self.dt,
+            ],
+        )
+    }
+
+    /// A fit from [`Fit::parts`].
+    pub(crate) const fn from_parts(seen: u64, sums: [f64; 9]) -> Self {
+        let [n, x, d, t, xx, xd, dd, xt, dt] = sums;
+        Self {
+            seen,
+            n,
+            x,
+            d,
+            t,
+            xx,
+            xd,
+            dd,
+            xt,
+            dt,
+        }
+    }
+
     /// Adds one observation, fading the earlier ones by `1 - 1/window`.
     #[allow(
         clippy::cast_precision_loss,
@@ -143,6 +170,20 @@ pub struct Pace {
 }
 
 impl Pace {
+    /// The three sums, for a snapshot.
+    pub(crate) const fn parts(&self) -> [f64; 3] {
+        [self.n, self.observed, self.predicted]
+    }
+
+    /// A pace from [`Pace::parts`].
+    pub(crate) const fn from_parts([n, observed, predicted]: [f64; 3]) -> Self {
+        Self {
+            n,
+            observed,
+            predicted,
+        }
+    }
+
     /// Adds one observation and the fleet's prediction for it (when the fleet had one).
     pub(crate) fn observe(&mut self, observed_ms: f64, predicted_ms: f64, window: f64) {
         let keep = 1.0 - 1.0 / window;

@@ -24,6 +24,7 @@
 
 use core::fmt;
 
+use crate::host::snapshot::{SnapshotError, SnapshotProblem, SnapshotReader, SnapshotWriter};
 use crate::host::table::{Slot, StorageError, Table};
 use crate::host::version::{Version, new_instance};
 use crate::vocab::{Cache, Row, RowFlags, WorkerKey};
@@ -887,4 +888,165 @@ pub(crate) fn clear_cache(row: &mut Row) {
         effective_tokens: 0,
         ..*row
     };
+}
+
+/// The tag and format version of an index's snapshot section.
+const SNAPSHOT_TAG: [u8; 4] = *b"LRIX";
+const SNAPSHOT_VERSION: u16 = 1;
+
+impl<B, W, const WORDS: usize> PrefixIndex<B, W, WORDS>
+where
+    B: AsRef<[BlockSlot<WORDS>]> + AsMut<[BlockSlot<WORDS>]>,
+    W: AsRef<[WorkerSlot]> + AsMut<[WorkerSlot]>,
+{
+    /// Writes the index's state to `out` as a snapshot section ([`crate::snapshot`]): its
+    /// counters, its workers and their bits, and its blocks with their holders per tier, the
+    /// least recently stored first, so an index read back evicts in the same order. The
+    /// router's own predictions (approximate mode) are not written: they are this router's
+    /// short-lived guesses, kept beside their records in [`crate::Predictions`], and a block
+    /// held by predictions alone is left out.
+    pub fn write_snapshot(&self, out: &mut impl FnMut(&[u8])) {
+        let mut w = SnapshotWriter { out };
+        w.section(SNAPSHOT_TAG, SNAPSHOT_VERSION);
+        #[allow(
+            clippy::cast_possible_truncation,
+            reason = "WORDS is a small array length"
+        )]
+        w.u16(WORDS as u16);
+        w.u64(self.counters.evictions);
+        w.u64(self.counters.rejected_events);
+        w.u64(self.counters.ignored_events);
+        w.count(self.workers.len());
+        for i in 0..self.workers.slot_count() {
+            if self.workers.is_used(i) {
+                w.worker(self.workers.key(i));
+                w.u32(*self.workers.value(i));
+            }
+        }
+        let held_in_tiers = |e: &BlockEntry<WORDS>| e.rows & 0b111 != 0;
+        let mut count = 0;
+        let mut i = self.oldest;
+        while i != NIL {
+            let e = self.blocks.value(i as usize);
+            count += usize::from(held_in_tiers(e));
+            i = e.newer;
+        }
+        w.count(count);
+        let mut i = self.oldest;
+        while i != NIL {
+            let e = self.blocks.value(i as usize);
+            if held_in_tiers(e) {
+                w.u64(self.blocks.key(i as usize));
+                for row in &e.held[..3] {
+                    for word in row {
+                        w.u64(*word);
+                    }
+                }
+            }
+            i = e.newer;
+        }
+    }
+
+    /// An index over fresh storage (as [`PrefixIndex::new`]) holding the state of the snapshot
+    /// section `reader` is at; the reader is left after it.
+    ///
+    /// # Errors
+    ///
+    /// [`SnapshotError`] naming the byte offset: storage that does not fit
+    /// ([`SnapshotProblem::Storage`]), a section that is not an index's of this format version
+    /// and number of worker words, more workers or blocks than the storage holds, a worker or
+    /// block listed twice, a worker bit out of range or given twice, a block held by a bit no
+    /// worker has or by nobody, and bytes that end early.
+    pub fn from_snapshot(
+        blocks: B,
+        workers: W,
+        reader: &mut SnapshotReader<'_>,
+    ) -> Result<Self, SnapshotError> {
+        let mut index = Self::new(blocks, workers)
+            .map_err(|e| reader.error_here(SnapshotProblem::Storage(e)))?;
+        reader.section(SNAPSHOT_TAG, SNAPSHOT_VERSION)?;
+        let at = reader.offset();
+        let words = reader.u16()?;
+        if usize::from(words) != WORDS {
+            return Err(SnapshotReader::error_at(
+                at,
+                SnapshotProblem::Words {
+                    snapshot: words,
+                    index: WORDS,
+                },
+            ));
+        }
+        index.counters.evictions = reader.u64()?;
+        index.counters.rejected_events = reader.u64()?;
+        index.counters.ignored_events = reader.u64()?;
+        for _ in 0..reader.count("workers", 64 * WORDS)? {
+            let at = reader.offset();
+            let worker = reader.worker()?;
+            let bit_at = reader.offset();
+            let bit = reader.u32()?;
+            if bit as usize >= 64 * WORDS {
+                return Err(SnapshotReader::error_at(
+                    bit_at,
+                    SnapshotProblem::BitOutOfRange(u64::from(bit)),
+                ));
+            }
+            let (word, mask) = ((bit / 64) as usize, 1u64 << (bit % 64));
+            if index.used_bits[word] & mask != 0 {
+                return Err(SnapshotReader::error_at(
+                    bit_at,
+                    SnapshotProblem::Duplicate {
+                        what: "worker bit",
+                        key: u64::from(bit),
+                    },
+                ));
+            }
+            if index.workers.find(worker).is_some() || index.workers.insert(worker, bit).is_err() {
+                return Err(SnapshotReader::error_at(
+                    at,
+                    SnapshotProblem::Duplicate {
+                        what: "worker",
+                        key: worker.worker_id,
+                    },
+                ));
+            }
+            index.used_bits[word] |= mask;
+        }
+        for _ in 0..reader.count("blocks", index.blocks.capacity())? {
+            let at = reader.offset();
+            let hash = reader.u64()?;
+            let mut entry = BlockEntry::<WORDS>::default();
+            for row in 0..3 {
+                for word in 0..WORDS {
+                    let at = reader.offset();
+                    let bits = reader.u64()?;
+                    if bits & !index.used_bits[word] != 0 {
+                        return Err(SnapshotReader::error_at(at, SnapshotProblem::UnknownBit));
+                    }
+                    entry.held[row][word] = bits;
+                    if bits != 0 {
+                        entry.rows |= 1 << row;
+                    }
+                }
+            }
+            if entry.rows == 0 {
+                return Err(SnapshotReader::error_at(
+                    at,
+                    SnapshotProblem::EmptyBlock(hash),
+                ));
+            }
+            let duplicate = SnapshotReader::error_at(
+                at,
+                SnapshotProblem::Duplicate {
+                    what: "block",
+                    key: hash,
+                },
+            );
+            if index.blocks.find(hash).is_some() {
+                return Err(duplicate);
+            }
+            let i = index.blocks.insert(hash, entry).map_err(|_| duplicate)?;
+            index.link_newest(i);
+        }
+        Ok(index)
+    }
 }

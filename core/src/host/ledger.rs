@@ -20,6 +20,7 @@
 use core::fmt;
 
 use crate::host::calibrate::{FLEET_WINDOW, Fit, Pace, WINDOW, worker_speed};
+use crate::host::snapshot::{SnapshotError, SnapshotProblem, SnapshotReader, SnapshotWriter};
 use crate::host::table::{Slot, StorageError, Table};
 use crate::host::version::{Version, new_instance};
 use crate::vocab::{Load, Row, RowFlags, Speed, WorkerKey};
@@ -739,6 +740,197 @@ where
                 }
             }
         }
+    }
+}
+
+/// The tag and format version of a ledger's snapshot section.
+const SNAPSHOT_TAG: [u8; 4] = *b"LRLG";
+const SNAPSHOT_VERSION: u16 = 1;
+
+impl<R, L, T> Ledger<R, L, T>
+where
+    R: AsRef<[RequestSlot]> + AsMut<[RequestSlot]>,
+    L: AsRef<[LoadSlot]> + AsMut<[LoadSlot]>,
+    T: AsRef<[u64]> + AsMut<[u64]>,
+{
+    /// The workers registered, in no particular order.
+    pub fn workers(&self) -> impl Iterator<Item = WorkerKey> + '_ {
+        (0..self.workers.slot_count())
+            .filter(|&i| self.workers.is_used(i))
+            .map(|i| self.workers.key(i))
+    }
+
+    /// Writes the ledger's state to `out` as a snapshot section ([`crate::snapshot`]):
+    /// its counters and first-token calibration, its workers with their loads and paces, its
+    /// requests (booked, and the tombstones of events that came first) and its tombstone ring,
+    /// the oldest first. What a [`crate::Fleet`] uses to tell changes apart is not written: a
+    /// ledger read back is a new ledger to every fleet.
+    pub fn write_snapshot(&self, out: &mut impl FnMut(&[u8])) {
+        let mut w = SnapshotWriter { out };
+        w.section(SNAPSHOT_TAG, SNAPSHOT_VERSION);
+        let c = &self.counters;
+        for v in [
+            c.duplicate_events,
+            c.late_events,
+            c.unknown_worker_events,
+            c.forgotten_tombstones,
+            c.dropped_events,
+        ] {
+            w.u64(v);
+        }
+        let (seen, sums) = self.fleet.parts();
+        w.u64(seen);
+        for v in sums.into_iter().chain(self.fleet_pace.parts()) {
+            w.f64(v);
+        }
+        w.count(self.workers.len());
+        for i in 0..self.workers.slot_count() {
+            if self.workers.is_used(i) {
+                let state = self.workers.value(i);
+                w.worker(self.workers.key(i));
+                w.u64(state.load.active_prefill_tokens);
+                w.u64(state.load.active_decode_blocks);
+                w.u64(state.load.active_requests);
+                for v in state.pace.parts() {
+                    w.f64(v);
+                }
+            }
+        }
+        w.count(self.requests.len());
+        for i in 0..self.requests.slot_count() {
+            if self.requests.is_used(i) {
+                let e = self.requests.value(i);
+                w.u64(self.requests.key(i));
+                w.worker(e.worker);
+                w.u64(e.prefill_tokens);
+                w.u64(e.blocks);
+                w.u8(e.state);
+                w.u64(e.booked_at);
+                w.u64(e.work);
+                w.u64(e.decode);
+            }
+        }
+        let ring = self.tombstones.as_ref();
+        w.count(self.tomb_len);
+        for k in 0..self.tomb_len {
+            w.u64(ring[(self.tomb_head + k) % ring.len()]);
+        }
+    }
+
+    /// A ledger over fresh storage (as [`Ledger::new`]) holding the state of the snapshot
+    /// section `reader` is at; the reader is left after it.
+    ///
+    /// # Errors
+    ///
+    /// [`SnapshotError`] naming the byte offset: storage that does not fit
+    /// ([`SnapshotProblem::Storage`]), a section that is not a ledger's of this format version,
+    /// more workers, requests or tombstones than the storage holds, a worker or request listed
+    /// twice, a request state the ledger never makes, a time or calibration sum that is not
+    /// finite, and bytes that end early.
+    pub fn from_snapshot(
+        requests: R,
+        workers: L,
+        tombstones: T,
+        reader: &mut SnapshotReader<'_>,
+    ) -> Result<Self, SnapshotError> {
+        let mut ledger = Self::new(requests, workers, tombstones)
+            .map_err(|e| reader.error_here(SnapshotProblem::Storage(e)))?;
+        reader.section(SNAPSHOT_TAG, SNAPSHOT_VERSION)?;
+        let c = &mut ledger.counters;
+        for v in [
+            &mut c.duplicate_events,
+            &mut c.late_events,
+            &mut c.unknown_worker_events,
+            &mut c.forgotten_tombstones,
+            &mut c.dropped_events,
+        ] {
+            *v = reader.u64()?;
+        }
+        let seen = reader.u64()?;
+        let mut sums = [0.0; 9];
+        for v in &mut sums {
+            *v = reader.finite()?;
+        }
+        ledger.fleet = Fit::from_parts(seen, sums);
+        ledger.fleet_pace =
+            Pace::from_parts([reader.finite()?, reader.finite()?, reader.finite()?]);
+        for _ in 0..reader.count("workers", ledger.workers.capacity())? {
+            let at = reader.offset();
+            let worker = reader.worker()?;
+            let load = WorkerLoad {
+                active_prefill_tokens: reader.u64()?,
+                active_decode_blocks: reader.u64()?,
+                active_requests: reader.u64()?,
+            };
+            let pace = Pace::from_parts([reader.finite()?, reader.finite()?, reader.finite()?]);
+            let duplicate = SnapshotReader::error_at(
+                at,
+                SnapshotProblem::Duplicate {
+                    what: "worker",
+                    key: worker.worker_id,
+                },
+            );
+            if ledger.workers.find(worker).is_some() {
+                return Err(duplicate);
+            }
+            ledger
+                .workers
+                .insert(worker, WorkerState { load, pace })
+                .map_err(|_| duplicate)?;
+        }
+        for _ in 0..reader.count("requests", ledger.requests.capacity())? {
+            let at = reader.offset();
+            let id = reader.u64()?;
+            let worker = reader.worker()?;
+            let prefill_tokens = reader.u64()?;
+            let blocks = reader.u64()?;
+            let state_at = reader.offset();
+            let state = reader.u8()?;
+            if state == 0 || state & !(BOOKED | PREFILL_DONE | FREED | TIMED) != 0 {
+                return Err(SnapshotReader::error_at(
+                    state_at,
+                    SnapshotProblem::BadState(state),
+                ));
+            }
+            let time_at = reader.offset();
+            let booked_at = reader.u64()?;
+            if state & TIMED != 0 && !f64::from_bits(booked_at).is_finite() {
+                return Err(SnapshotReader::error_at(
+                    time_at,
+                    SnapshotProblem::NotFinite,
+                ));
+            }
+            let entry = RequestEntry {
+                worker,
+                prefill_tokens,
+                blocks,
+                state,
+                booked_at,
+                work: reader.u64()?,
+                decode: reader.u64()?,
+            };
+            let duplicate = SnapshotReader::error_at(
+                at,
+                SnapshotProblem::Duplicate {
+                    what: "request",
+                    key: id,
+                },
+            );
+            if ledger.requests.find(id).is_some() {
+                return Err(duplicate);
+            }
+            ledger.requests.insert(id, entry).map_err(|_| duplicate)?;
+            if state & (BOOKED | FREED) == BOOKED {
+                ledger.active += 1;
+            }
+        }
+        let ring = ledger.tombstones.as_ref().len();
+        let n = reader.count("tombstones", ring)?;
+        for k in 0..n {
+            ledger.tombstones.as_mut()[k] = reader.u64()?;
+        }
+        ledger.tomb_len = n;
+        Ok(ledger)
     }
 }
 

@@ -11,6 +11,7 @@ pub(crate) mod kv_events;
 pub(crate) mod ledger;
 pub(crate) mod predict;
 mod router;
+pub mod snapshot;
 pub(crate) mod table;
 pub(crate) mod version;
 
@@ -31,4 +32,5 @@ pub use ledger::{
 };
 pub use predict::{PredictionKey, PredictionRecord, PredictionSlot, Predictions};
 pub use router::{RouteError, Router};
+pub use snapshot::{SnapshotError, SnapshotProblem, SnapshotReader};
 pub use table::{Slot, StorageError, TableKey};

@@ -99,6 +99,47 @@ where
         }
     }
 
+    /// The weights given at construction: host and disk overlaps' share of a device block.
+    #[must_use]
+    pub const fn cache_weights(&self) -> (f64, f64) {
+        (self.host_weight, self.disk_weight)
+    }
+
+    /// Writes the index's and then the ledger's snapshot section to `out`
+    /// ([`PrefixIndex::write_snapshot`], [`Ledger::write_snapshot`]).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use libroute_core::{
+    ///     BlockSlot, KvEvent, Ledger, LoadSlot, PrefixIndex, RequestSlot, Router, SnapshotReader,
+    ///     Tier, WorkerKey, WorkerSlot,
+    /// };
+    ///
+    /// let index = || PrefixIndex::<_, _, 1>::new(vec![BlockSlot::<1>::empty(); 64], vec![WorkerSlot::empty(); 128]).unwrap();
+    /// let ledger = || Ledger::new(vec![RequestSlot::empty(); 64], vec![LoadSlot::empty(); 16], vec![0u64; 16]).unwrap();
+    /// let mut router = Router::new(index(), ledger(), 0.75, 0.25);
+    /// let w = WorkerKey::new(1, 0);
+    /// router.ledger.add_worker(w).unwrap();
+    /// router.ledger.book(9, w, 512, 4).unwrap();
+    /// router.index.apply(&KvEvent::Stored { worker: w, tier: Tier::Device, hashes: &[5, 6] }).unwrap();
+    ///
+    /// let mut bytes = Vec::new();
+    /// router.write_snapshot(&mut |b: &[u8]| bytes.extend_from_slice(b));
+    /// let mut reader = SnapshotReader::new(&bytes);
+    /// let index = PrefixIndex::from_snapshot(vec![BlockSlot::<1>::empty(); 64], vec![WorkerSlot::empty(); 128], &mut reader).unwrap();
+    /// let ledger = Ledger::from_snapshot(vec![RequestSlot::empty(); 64], vec![LoadSlot::empty(); 16], vec![0u64; 16], &mut reader).unwrap();
+    /// reader.finish().unwrap();
+    /// let (host, disk) = router.cache_weights();
+    /// let copy = Router::new(index, ledger, host, disk);
+    /// assert_eq!(copy.ledger.load(w), router.ledger.load(w));
+    /// assert_eq!(copy.index.counters(), router.index.counters());
+    /// ```
+    pub fn write_snapshot(&self, out: &mut impl FnMut(&[u8])) {
+        self.index.write_snapshot(out);
+        self.ledger.write_snapshot(out);
+    }
+
     /// Queries the overlap of `hashes` (the request's chained block hashes), fills `rows`,
     /// selects with `policy`, and books request `id` on the chosen worker with its uncached
     /// prefill tokens and its new blocks there.
