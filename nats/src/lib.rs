@@ -50,6 +50,7 @@
 mod outbox;
 mod replica;
 mod server;
+pub mod snapshot;
 pub mod wire;
 
 use std::fmt;
@@ -63,6 +64,7 @@ use libroute_core::{
 pub use outbox::OutboxStats;
 pub use replica::{Engines, Positions, Replica, ReplicaStats};
 pub use server::LocalServer;
+pub use snapshot::SnapshotFailure;
 
 /// A [`Router`] over heap storage, as a std host holds one.
 pub type HostRouter<const WORDS: usize> = Router<
@@ -162,11 +164,20 @@ pub struct BusConfig {
     pub ledger_max_age: Duration,
     /// In memory instead of on disk: faster, and lost when the server restarts.
     pub memory: bool,
+    /// A replica stores a snapshot of its router ([`Replica::snapshot`]) after applying this
+    /// many events from the streams since its last one; `None`: only when the host asks.
+    /// A replica that starts loads the latest snapshot and replays the streams after it.
+    pub snapshot_every: Option<u64>,
 }
+
+/// [`BusConfig::snapshot_every`]'s default: a restart then replays at most about this many
+/// events (well under a second at one event per message), and a busy replica stores a snapshot
+/// every few seconds.
+pub const DEFAULT_SNAPSHOT_EVERY: u64 = 200_000;
 
 impl BusConfig {
     /// Defaults for a server at `url`: prefix `libroute`, file storage, KV events kept an hour
-    /// (at most 1 GiB), ledger events a day.
+    /// (at most 1 GiB), ledger events a day, a snapshot every [`DEFAULT_SNAPSHOT_EVERY`] events.
     #[must_use]
     pub fn new(url: impl Into<String>) -> Self {
         Self {
@@ -176,6 +187,7 @@ impl BusConfig {
             kv_max_bytes: 1 << 30,
             ledger_max_age: Duration::from_secs(24 * 3600),
             memory: false,
+            snapshot_every: Some(DEFAULT_SNAPSHOT_EVERY),
         }
     }
 }
@@ -189,6 +201,10 @@ pub struct Bus {
     prefix: String,
     kv_stream: String,
     ledger_stream: String,
+    /// The object store bucket snapshots go to (`<PREFIX>_SNAPSHOTS`).
+    snapshot_bucket: String,
+    memory: bool,
+    snapshot_every: Option<u64>,
 }
 
 impl Bus {
@@ -236,6 +252,9 @@ impl Bus {
             connected,
             kv_stream: format!("{upper}_KV"),
             ledger_stream: format!("{upper}_LEDGER"),
+            snapshot_bucket: format!("{upper}_SNAPSHOTS"),
+            memory: config.memory,
+            snapshot_every: config.snapshot_every,
             prefix,
         };
         let storage = if config.memory {

@@ -186,6 +186,11 @@ async fn engine_batches_relayed_as_they_came_are_applied_alike_by_every_replica(
     let end = bus.last_sequences().await.unwrap();
     early.wait_for(end).await;
     blind.wait_for(end).await;
+    // Its engine-hash map is state a snapshot does not hold: it takes none.
+    assert_eq!(
+        early.snapshot().await,
+        Err(libroute_nats::SnapshotFailure::ReadsEngines)
+    );
 
     // The same payloads applied to an index directly.
     let mut reference = router();

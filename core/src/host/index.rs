@@ -462,6 +462,13 @@ where
         64 * WORDS
     }
 
+    /// The slot counts of the storage it was given: blocks, then workers (to size the storage
+    /// of an index read from its snapshot, [`PrefixIndex::from_snapshot`]).
+    #[must_use]
+    pub fn slot_counts(&self) -> (usize, usize) {
+        (self.blocks.slot_count(), self.workers.slot_count())
+    }
+
     /// Most blocks this index holds before it evicts.
     #[must_use]
     pub fn block_capacity(&self) -> usize {

@@ -753,6 +753,17 @@ where
     L: AsRef<[LoadSlot]> + AsMut<[LoadSlot]>,
     T: AsRef<[u64]> + AsMut<[u64]>,
 {
+    /// The sizes of the storage it was given: request slots, worker slots and the tombstone
+    /// ring (to size the storage of a ledger read from its snapshot, [`Ledger::from_snapshot`]).
+    #[must_use]
+    pub fn slot_counts(&self) -> (usize, usize, usize) {
+        (
+            self.requests.slot_count(),
+            self.workers.slot_count(),
+            self.tombstones.as_ref().len(),
+        )
+    }
+
     /// The workers registered, in no particular order.
     pub fn workers(&self) -> impl Iterator<Item = WorkerKey> + '_ {
         (0..self.workers.slot_count())
