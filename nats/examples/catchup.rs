@@ -173,6 +173,14 @@ async fn from_snapshot(
     let taken = Instant::now();
     let at = first.snapshot().await.map_err(|e| e.to_string())?;
     let snapshot_secs = taken.elapsed().as_secs_f64();
+    // What the snapshot holds, and how long encoding it (what routing waits for) takes.
+    let (bytes, encode_secs) = {
+        let router = first.router();
+        let encoding = Instant::now();
+        let mut bytes = Vec::new();
+        router.write_snapshot(&mut |b: &[u8]| bytes.extend_from_slice(b));
+        (bytes.len(), encoding.elapsed().as_secs_f64())
+    };
     let filled = Instant::now();
     let (tail_ledger, tail_kv) = fill.requests(requests..requests + tail).await?;
     let end = bus.last_sequences().await.map_err(|e| e.to_string())?;
@@ -185,7 +193,7 @@ async fn from_snapshot(
         )
     };
     println!(
-        "snapshot of {before} events' state at {at:?} stored in {snapshot_secs:.3} s; then {tail} requests: {tail_ledger} ledger and {tail_kv} KV events in {:.1} s",
+        "snapshot of {before} events' state at {at:?} ({bytes} bytes, encoded in {encode_secs:.4} s) stored in {snapshot_secs:.3} s; then {tail} requests: {tail_ledger} ledger and {tail_kv} KV events in {:.1} s",
         filled.elapsed().as_secs_f64()
     );
     for run in 0..runs {
