@@ -11,6 +11,7 @@ pub mod kv_batch;
 pub mod ledger;
 pub mod router;
 pub mod select;
+pub mod snapshot;
 pub mod zmtp;
 
 #[path = "../../core/tests/common/mod.rs"]
