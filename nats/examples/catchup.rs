@@ -113,7 +113,7 @@ async fn run() -> Result<(), String> {
         Ok(router)
     };
     if let Some(tail) = tail {
-        return Box::pin(from_snapshot(
+        let timed = Box::pin(from_snapshot(
             &bus,
             &fill,
             requests as u64,
@@ -122,6 +122,9 @@ async fn run() -> Result<(), String> {
             router,
         ))
         .await;
+        drop(server);
+        let _ = std::fs::remove_dir_all(&scratch);
+        return timed;
     }
     for run in 0..runs {
         let replica = Replica::start(&bus, 100 + u32::try_from(run).unwrap_or(0), router()?)
