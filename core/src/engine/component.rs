@@ -234,6 +234,30 @@ pub trait Scorer {
         let _ = (request, rows, order, costs);
         None
     }
+
+    /// A capability the engine asks for (through [`Scorers::score_together`]): the costs of a
+    /// run of scorers of this type, `run[s]`'s into `columns[s * stride..][..n]` for the `n`
+    /// candidates, exactly what each one's [`Scorer::score`] writes, in fewer passes over the
+    /// rows than asking each in turn (parts of one estimate that share their per-row terms and
+    /// aggregates). The engine asks only when every scorer of the list declares the same
+    /// inputs, with `request` and `candidates` under them, and every column filled with NaN.
+    ///
+    /// Return `None` when the run is not one this type scores together: the engine then asks
+    /// each scorer in turn. `Some(Err((s, error)))` is scorer `s`'s error (columns before `s`
+    /// written). The default is `None`.
+    fn score_run(
+        run: &[Self],
+        request: &RequestView<'_>,
+        candidates: &Candidates<'_>,
+        columns: &mut [f64],
+        stride: usize,
+    ) -> Option<Result<(), (usize, ComponentError)>>
+    where
+        Self: Sized,
+    {
+        let _ = (run, request, candidates, columns, stride);
+        None
+    }
 }
 
 /// Why a picker chose its row.
@@ -454,6 +478,20 @@ pub trait Scorers {
     }
     /// Scorer `i`, for `i < len()`.
     fn get(&self, i: usize) -> Option<&dyn Scorer>;
+
+    /// A capability the engine asks for: every scorer's costs at once, scorer `s`'s into
+    /// `columns[s * stride..][..n]`, as [`Scorer::score_run`] describes. Lists of one scorer
+    /// type (slices, arrays, the catalog's) ask that type; the default is `None`.
+    fn score_together(
+        &self,
+        request: &RequestView<'_>,
+        candidates: &Candidates<'_>,
+        columns: &mut [f64],
+        stride: usize,
+    ) -> Option<Result<(), (usize, ComponentError)>> {
+        let _ = (request, candidates, columns, stride);
+        None
+    }
 }
 
 impl Filters for () {
@@ -497,6 +535,15 @@ impl<T: Scorer> Scorers for [T] {
     fn get(&self, i: usize) -> Option<&dyn Scorer> {
         <[T]>::get(self, i).map(|s| s as &dyn Scorer)
     }
+    fn score_together(
+        &self,
+        request: &RequestView<'_>,
+        candidates: &Candidates<'_>,
+        columns: &mut [f64],
+        stride: usize,
+    ) -> Option<Result<(), (usize, ComponentError)>> {
+        T::score_run(self, request, candidates, columns, stride)
+    }
 }
 
 impl<T: Filter, const K: usize> Filters for [T; K] {
@@ -521,6 +568,15 @@ impl<T: Scorer, const K: usize> Scorers for [T; K] {
     }
     fn get(&self, i: usize) -> Option<&dyn Scorer> {
         self.as_slice().get(i).map(|s| s as &dyn Scorer)
+    }
+    fn score_together(
+        &self,
+        request: &RequestView<'_>,
+        candidates: &Candidates<'_>,
+        columns: &mut [f64],
+        stride: usize,
+    ) -> Option<Result<(), (usize, ComponentError)>> {
+        T::score_run(self, request, candidates, columns, stride)
     }
 }
 
@@ -549,6 +605,15 @@ impl<L: Scorers + ?Sized> Scorers for &L {
     }
     fn get(&self, i: usize) -> Option<&dyn Scorer> {
         (**self).get(i)
+    }
+    fn score_together(
+        &self,
+        request: &RequestView<'_>,
+        candidates: &Candidates<'_>,
+        columns: &mut [f64],
+        stride: usize,
+    ) -> Option<Result<(), (usize, ComponentError)>> {
+        (**self).score_together(request, candidates, columns, stride)
     }
 }
 

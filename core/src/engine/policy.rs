@@ -517,6 +517,37 @@ impl<F: Filters, S: Scorers, P: Picker> Policy<F, S, P> {
         // 3. Scorers, each into its own NaN-filled column; then totals.
         let scorers = self.scorers.len();
         let capacity = scratch.capacity;
+        if let Some(shared) = self.shared_inputs(leg) {
+            // Every scorer reads the same groups: the list may score them together (parts of
+            // one estimate), with the same columns and the same errors as one at a time.
+            declared |= shared;
+            let view = RequestView::new(request, shared);
+            let columns = &mut scratch.costs[..scorers * capacity];
+            for s in 0..scorers {
+                columns[s * capacity..s * capacity + m].fill(f64::NAN);
+            }
+            let candidates = Candidates::new(view, rows, order);
+            if let Some(scored) = self
+                .scorers
+                .score_together(&view, &candidates, columns, capacity)
+            {
+                if let Err((scorer, error)) = scored {
+                    check_columns(columns, capacity, order, scorer)?;
+                    return Err(SelectError::ScorerFailed { scorer, error });
+                }
+                // The columns are checked only when a total is not finite: a finite sum has
+                // finite terms (a NaN or an infinity in a column makes its total non-finite).
+                return self.total(
+                    scratch.totals,
+                    scratch.costs,
+                    capacity,
+                    order,
+                    m,
+                    declared,
+                    false,
+                );
+            }
+        }
         for s in 0..scorers {
             let Some(scorer) = self.scorers.get(s) else {
                 continue;
@@ -536,9 +567,50 @@ impl<F: Filters, S: Scorers, P: Picker> Policy<F, S, P> {
                 });
             }
         }
+        self.total(
+            scratch.totals,
+            scratch.costs,
+            capacity,
+            order,
+            m,
+            declared,
+            true,
+        )
+    }
+
+    /// The inputs every scorer declares for `leg`, when there are several and they all declare
+    /// the same.
+    fn shared_inputs(&self, leg: Leg) -> Option<WorkerInputs> {
+        let scorers = self.scorers.len();
+        if scorers < 2 {
+            return None;
+        }
+        let first = self.scorers.get(0)?.inputs(leg);
+        (1..scorers)
+            .all(|s| self.scorers.get(s).is_some_and(|x| x.inputs(leg) == first))
+            .then_some(first)
+    }
+
+    /// The totals of the scorers' columns (into `scratch.totals`, with more than one scorer).
+    /// Unless `checked`, a non-finite total first has its columns checked, so a non-finite
+    /// cost is named by its scorer as when each column is checked as it is scored.
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "the scratch's parts, borrowed apart from the order"
+    )]
+    fn total(
+        &self,
+        totals: &mut [f64],
+        costs: &[f64],
+        capacity: usize,
+        order: &[u32],
+        m: usize,
+        declared: WorkerInputs,
+        checked: bool,
+    ) -> Result<(usize, WorkerInputs), SelectError> {
+        let scorers = self.scorers.len();
         if scorers > 1 {
-            let totals = &mut scratch.totals[..m];
-            let costs = &scratch.costs;
+            let totals = &mut totals[..m];
             let column = |s: usize| &costs[s * capacity..s * capacity + m];
             // The columns summed in order onto zeros, `(0 + c0) + c1 + ...` (the same bits as
             // adding each to a zeroed total: `0 + c` is not always `c`, for `c = -0`), the first
@@ -552,6 +624,9 @@ impl<F: Filters, S: Scorers, P: Picker> Policy<F, S, P> {
                 }
             }
             if let Some(k) = first_non_finite(totals) {
+                if !checked {
+                    check_columns(costs, capacity, &order[..m], scorers)?;
+                }
                 return Err(SelectError::NonFiniteTotal {
                     row: order[k] as usize,
                 });
@@ -652,6 +727,26 @@ fn nothing_admitted(rejected: usize, overloaded: usize) -> SelectError {
     } else {
         SelectError::NoEndpoints
     }
+}
+
+/// [`SelectError::NonFiniteCost`] for the first non-finite cost of the first `scorers` columns
+/// (each `order.len()` long, `stride` apart), in scorer order.
+fn check_columns(
+    columns: &[f64],
+    stride: usize,
+    order: &[u32],
+    scorers: usize,
+) -> Result<(), SelectError> {
+    let m = order.len();
+    for s in 0..scorers {
+        if let Some(k) = first_non_finite(&columns[s * stride..s * stride + m]) {
+            return Err(SelectError::NonFiniteCost {
+                scorer: s,
+                row: order[k] as usize,
+            });
+        }
+    }
+    Ok(())
 }
 
 /// The position of the first NaN or infinite value, if any. The common all-finite case is one

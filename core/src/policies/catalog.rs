@@ -838,6 +838,118 @@ fn mean_speed(speeds: impl Iterator<Item = Speed>) -> Speed {
     }
 }
 
+/// One candidate's terms of the estimate, each converted once: what every part's cost is made of.
+#[derive(Clone, Copy)]
+struct FirstTokenTerms {
+    queued: f64,
+    uncached: f64,
+    active: f64,
+    /// `active + 1`, saturating.
+    decode: f64,
+    cached: u64,
+}
+
+impl FirstTokenTerms {
+    #[inline]
+    fn of(r: &FirstTokenRow, prompt: u64) -> Self {
+        Self {
+            queued: as_cost(r.queued),
+            uncached: as_cost(prompt - r.cached),
+            active: as_cost(r.active),
+            decode: as_cost(r.active.saturating_add(1)),
+            cached: r.cached,
+        }
+    }
+}
+
+/// What the parts that compare a candidate with the others take from all of them: the delay to
+/// others' `crowd`, mean estimate and mean active requests, and the affinity gate's threshold and
+/// penalty.
+#[derive(Clone, Copy)]
+struct FirstTokenShared {
+    crowd: f64,
+    mean: f64,
+    mean_active: f64,
+    longest: u64,
+    threshold: f64,
+    penalty: f64,
+}
+
+impl FirstToken {
+    fn shared(&self, summary: &FirstTokenSummary) -> FirstTokenShared {
+        let busy = summary.crowd / (1.0 + summary.crowd);
+        FirstTokenShared {
+            crowd: summary.crowd,
+            mean: summary.mean_estimate,
+            mean_active: summary.mean_active,
+            longest: summary.longest,
+            threshold: self.affinity_share * as_cost(summary.longest),
+            penalty: self.affinity_slack * busy * summary.best,
+        }
+    }
+
+    /// Part `part`'s cost of one candidate: its terms `t`, its speed `s`, and, for the parts that
+    /// need them, its estimate and what all candidates share. The one definition of each part's
+    /// formula, for one part at a time and for the parts together.
+    #[inline]
+    fn part_cost(
+        &self,
+        part: FirstTokenPart,
+        t: &FirstTokenTerms,
+        s: &Speed,
+        estimate: impl FnOnce() -> f64,
+        all: &FirstTokenShared,
+    ) -> f64 {
+        match part {
+            FirstTokenPart::Queue => s.base_ms + s.ms_per_prefill_token * t.queued,
+            FirstTokenPart::Prefill => s.ms_per_prefill_token * t.uncached,
+            FirstTokenPart::Decode => s.ms_per_active_request * t.decode,
+            FirstTokenPart::DelayToOthers => {
+                // Requests that queue behind this one before its prefill ends there: the
+                // fleet's crowd, in proportion to how long that takes on this worker.
+                let behind = if all.mean > 0.0 {
+                    all.crowd * estimate() / all.mean
+                } else {
+                    0.0
+                };
+                // First tokens that share passes with its decode: as many as are active
+                // there, more on a worker busier than the fleet's mean.
+                let sharing = t.active * (1.0 + t.active / (all.mean_active + 1.0));
+                self.others_weight
+                    * (behind * s.ms_per_prefill_token * t.uncached
+                        + s.ms_per_active_request * sharing)
+            }
+            FirstTokenPart::Affinity => {
+                if all.longest > 0 && as_cost(t.cached) < all.threshold {
+                    all.penalty
+                } else {
+                    0.0
+                }
+            }
+        }
+    }
+
+    /// What `parts` share of all candidates: a summary pass when some part needs it.
+    fn shared_for(
+        &self,
+        rows: &FirstTokenRows<'_>,
+        mut parts: impl Iterator<Item = FirstTokenPart>,
+    ) -> FirstTokenShared {
+        if parts.any(|p| matches!(p, FirstTokenPart::DelayToOthers | FirstTokenPart::Affinity)) {
+            self.shared(&rows.summary())
+        } else {
+            FirstTokenShared {
+                crowd: 0.0,
+                mean: 0.0,
+                mean_active: 0.0,
+                longest: 0,
+                threshold: 0.0,
+                penalty: 0.0,
+            }
+        }
+    }
+}
+
 impl Scorer for FirstToken {
     fn inputs(&self, _leg: Leg) -> WorkerInputs {
         WorkerInputs::CACHE | WorkerInputs::LOAD | WorkerInputs::SPEED | WorkerInputs::PENDING
@@ -851,67 +963,61 @@ impl Scorer for FirstToken {
     ) -> Result<(), ComponentError> {
         let prompt = request.prompt_tokens();
         let rows = FirstTokenRows::new(self, candidates, prompt);
-        let costs = costs.iter_mut();
-        match self.part {
-            FirstTokenPart::Queue => {
-                for (cost, (r, s)) in costs.zip(rows.iter()) {
-                    *cost = s.base_ms + s.ms_per_prefill_token * as_cost(r.queued);
-                }
-            }
-            FirstTokenPart::Prefill => {
-                for (cost, (r, s)) in costs.zip(rows.iter()) {
-                    *cost = s.ms_per_prefill_token * as_cost(prompt - r.cached);
-                }
-            }
-            FirstTokenPart::Decode => {
-                for (cost, (r, s)) in costs.zip(rows.iter()) {
-                    *cost = s.ms_per_active_request * as_cost(r.active.saturating_add(1));
-                }
-            }
-            FirstTokenPart::DelayToOthers => {
-                let FirstTokenSummary {
-                    crowd,
-                    mean_estimate: mean,
-                    mean_active,
-                    ..
-                } = rows.summary();
-                for (cost, (r, s)) in costs.zip(rows.iter()) {
-                    // Requests that queue behind this one before its prefill ends there: the
-                    // fleet's crowd, in proportion to how long that takes on this worker.
-                    let behind = if mean > 0.0 {
-                        crowd * rows.estimate(&r, &s) / mean
-                    } else {
-                        0.0
-                    };
-                    // First tokens that share passes with its decode: as many as are active
-                    // there, more on a worker busier than the fleet's mean.
-                    let active = as_cost(r.active);
-                    let sharing = active * (1.0 + active / (mean_active + 1.0));
-                    *cost = self.others_weight
-                        * (behind * s.ms_per_prefill_token * as_cost(prompt - r.cached)
-                            + s.ms_per_active_request * sharing);
-                }
-            }
-            FirstTokenPart::Affinity => {
-                let FirstTokenSummary {
-                    crowd,
-                    longest,
-                    best,
-                    ..
-                } = rows.summary();
-                let busy = crowd / (1.0 + crowd);
-                let threshold = self.affinity_share * as_cost(longest);
-                let penalty = self.affinity_slack * busy * best;
-                for (cost, (r, _)) in costs.zip(rows.iter()) {
-                    *cost = if longest > 0 && as_cost(r.cached) < threshold {
-                        penalty
-                    } else {
-                        0.0
-                    };
-                }
-            }
+        let all = self.shared_for(&rows, core::iter::once(self.part));
+        for (cost, (r, s)) in costs.iter_mut().zip(rows.iter()) {
+            let t = FirstTokenTerms::of(&r, prompt);
+            *cost = self.part_cost(self.part, &t, &s, || rows.estimate(&r, &s), &all);
         }
         Ok(())
+    }
+}
+
+impl FirstToken {
+    /// [`Scorer::score_run`] for parts of one estimate (the `ttft` type's five): the speeds'
+    /// fallback and the summary computed once, and each candidate's row read and its terms
+    /// converted once for every part, through the same [`FirstToken::part_cost`].
+    fn score_parts(
+        &self,
+        parts: &[FirstTokenPart],
+        request: &RequestView<'_>,
+        candidates: &Candidates<'_>,
+        columns: &mut [f64],
+        stride: usize,
+    ) {
+        use FirstTokenPart::{Affinity, Decode, DelayToOthers, Prefill, Queue};
+        let prompt = request.prompt_tokens();
+        let rows = FirstTokenRows::new(self, candidates, prompt);
+        let all = self.shared_for(&rows, parts.iter().copied());
+        if parts == [Queue, Prefill, Decode, DelayToOthers, Affinity] && columns.len() >= 5 * stride
+        {
+            // The `ttft` type's parts, in its order: one straight pass writing five columns.
+            let (queue, rest) = columns.split_at_mut(stride);
+            let (prefill, rest) = rest.split_at_mut(stride);
+            let (decode, rest) = rest.split_at_mut(stride);
+            let (others, affinity) = rest.split_at_mut(stride);
+            let costs = queue
+                .iter_mut()
+                .zip(prefill.iter_mut())
+                .zip(decode.iter_mut())
+                .zip(others.iter_mut())
+                .zip(affinity.iter_mut());
+            for (((((q, p), d), o), a), (r, s)) in costs.zip(rows.iter()) {
+                let t = FirstTokenTerms::of(&r, prompt);
+                *q = self.part_cost(Queue, &t, &s, || 0.0, &all);
+                *p = self.part_cost(Prefill, &t, &s, || 0.0, &all);
+                *d = self.part_cost(Decode, &t, &s, || 0.0, &all);
+                *o = self.part_cost(DelayToOthers, &t, &s, || rows.estimate(&r, &s), &all);
+                *a = self.part_cost(Affinity, &t, &s, || 0.0, &all);
+            }
+            return;
+        }
+        for (k, (r, s)) in rows.iter().enumerate() {
+            let t = FirstTokenTerms::of(&r, prompt);
+            for (p, &part) in parts.iter().enumerate() {
+                columns[p * stride + k] =
+                    self.part_cost(part, &t, &s, || rows.estimate(&r, &s), &all);
+            }
+        }
     }
 }
 
@@ -1302,6 +1408,40 @@ impl Scorer for WeightedScorer {
         Ok(())
     }
 
+    /// Scores together a run of [`FirstToken`] parts of one model at weight 1 (the `ttft`
+    /// type), up to [`MAX_SCORERS`] of them; any other run, one at a time.
+    fn score_run(
+        run: &[Self],
+        request: &RequestView<'_>,
+        candidates: &Candidates<'_>,
+        columns: &mut [f64],
+        stride: usize,
+    ) -> Option<Result<(), (usize, ComponentError)>> {
+        let BuiltinScorer::FirstToken(model) = run.first()?.scorer else {
+            return None;
+        };
+        let mut parts = [FirstTokenPart::Queue; MAX_SCORERS];
+        if run.len() > parts.len() {
+            return None;
+        }
+        for (part, w) in parts.iter_mut().zip(run) {
+            match w.scorer {
+                BuiltinScorer::FirstToken(m)
+                    if w.weight == 1.0
+                        && FirstToken {
+                            part: model.part,
+                            ..m
+                        } == model =>
+                {
+                    *part = m.part;
+                }
+                _ => return None,
+            }
+        }
+        model.score_parts(&parts[..run.len()], request, candidates, columns, stride);
+        Some(Ok(()))
+    }
+
     fn score_all_rows(
         &self,
         request: &RequestView<'_>,
@@ -1395,6 +1535,16 @@ impl<T: Scorer, const N: usize> Scorers for List<T, N> {
 
     fn get(&self, i: usize) -> Option<&dyn Scorer> {
         self.as_slice().get(i).map(|s| s as &dyn Scorer)
+    }
+
+    fn score_together(
+        &self,
+        request: &RequestView<'_>,
+        candidates: &Candidates<'_>,
+        columns: &mut [f64],
+        stride: usize,
+    ) -> Option<Result<(), (usize, ComponentError)>> {
+        T::score_run(self.as_slice(), request, candidates, columns, stride)
     }
 }
 
