@@ -240,11 +240,13 @@ pub trait Scorer {
     /// candidates, exactly what each one's [`Scorer::score`] writes, in fewer passes over the
     /// rows than asking each in turn (parts of one estimate that share their per-row terms and
     /// aggregates). The engine asks only when every scorer of the list declares the same
-    /// inputs, with `request` and `candidates` under them, and every column filled with NaN.
+    /// inputs, with `request` and `candidates` under them. The columns hold what an earlier
+    /// selection left: accepting the run means writing all `n` entries of each of its columns
+    /// (NaN for a cost that cannot be given, which the engine reports as each scorer's).
     ///
-    /// Return `None` when the run is not one this type scores together: the engine then asks
-    /// each scorer in turn. `Some(Err((s, error)))` is scorer `s`'s error (columns before `s`
-    /// written). The default is `None`.
+    /// Return `None`, writing nothing, when the run is not one this type scores together: the
+    /// engine then asks each scorer in turn. `Some(Err((s, error)))` is scorer `s`'s error (the
+    /// columns before `s` written). The default is `None`.
     fn score_run(
         run: &[Self],
         request: &RequestView<'_>,

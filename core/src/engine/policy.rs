@@ -523,9 +523,6 @@ impl<F: Filters, S: Scorers, P: Picker> Policy<F, S, P> {
             declared |= shared;
             let view = RequestView::new(request, shared);
             let columns = &mut scratch.costs[..scorers * capacity];
-            for s in 0..scorers {
-                columns[s * capacity..s * capacity + m].fill(f64::NAN);
-            }
             let candidates = Candidates::new(view, rows, order);
             if let Some(scored) = self
                 .scorers
