@@ -6,7 +6,9 @@ mod common;
 
 use std::time::Duration;
 
-use common::{Driver, Scratch, bus, fingerprint, router, server, settle, workload};
+use common::{
+    Driver, Scratch, bus, fingerprint, route_agree_and_free_all, router, server, settle, workload,
+};
 use libroute_core::{KvEvent, LedgerEvent, Tier, WorkerKey};
 use libroute_nats::{Replica, wire};
 
@@ -103,24 +105,8 @@ async fn a_replica_killed_mid_run_catches_up_from_the_stream_and_agrees() {
     let c = Replica::start(&bus, 2, router()).await.unwrap();
     let stats = c.stats();
     assert!(stats.catch_up_events > 400, "{stats:?}");
-    let replicas = [&a, &b, &c];
-    for i in 400..500 {
-        driver.route(replicas[i % 3], &kv, &trace, i);
-    }
-    settle(&bus, &replicas, &kv).await;
-    let f = fingerprint(&a, &trace);
-    assert_eq!(fingerprint(&b, &trace), f);
-    assert_eq!(fingerprint(&c, &trace), f);
-    assert_eq!(f.active, driver.booked.len());
-    // The restarted replica can free what it booked before it died: it learned it from the stream.
-    let rest: Vec<u64> = driver.booked.keys().copied().collect();
-    for id in rest {
-        driver.free(&replicas, id);
-    }
-    settle(&bus, &replicas, &kv).await;
-    for r in replicas {
-        assert_eq!(fingerprint(r, &trace).active, 0, "replica {}", r.id());
-    }
+    // It can free what it booked before it died: it learned it from the stream.
+    route_agree_and_free_all(&bus, [&a, &b, &c], &kv, &trace, &mut driver, 400..500).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -4,7 +4,9 @@
 
 mod common;
 
-use common::{Driver, Scratch, fingerprint, router, server, settle, workload};
+use common::{
+    Driver, Scratch, fingerprint, route_agree_and_free_all, router, server, settle, workload,
+};
 use libroute_nats::{Bus, BusConfig, LocalServer, Replica, SnapshotFailure};
 
 async fn bus(server: &LocalServer, prefix: &str, every: Option<u64>) -> Bus {
@@ -76,24 +78,8 @@ async fn a_replica_restarted_from_a_snapshot_replays_only_the_tail_and_agrees() 
         "{} of {all}",
         stats.catch_up_events
     );
-    let replicas = [&a, &b, &c];
-    for i in 450..600 {
-        driver.route(replicas[i % 3], &kv, &trace, i);
-    }
-    settle(&bus, &replicas, &kv).await;
-    let f = fingerprint(&a, &trace);
-    assert_eq!(fingerprint(&b, &trace), f);
-    assert_eq!(fingerprint(&c, &trace), f);
-    assert_eq!(f.active, driver.booked.len());
     // Replica 2 frees what it booked before it died: the snapshot told it.
-    let rest: Vec<u64> = driver.booked.keys().copied().collect();
-    for id in rest {
-        driver.free(&replicas, id);
-    }
-    settle(&bus, &replicas, &kv).await;
-    for r in replicas {
-        assert_eq!(fingerprint(r, &trace).active, 0, "replica {}", r.id());
-    }
+    route_agree_and_free_all(&bus, [&a, &b, &c], &kv, &trace, &mut driver, 450..600).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -173,3 +173,33 @@ pub async fn settle(bus: &Bus, replicas: &[&Replica<1>], kv: &KvPublisher) {
             .unwrap_or_else(|_| panic!("replica {} did not reach {end:?}: {r:?}", r.id()));
     }
 }
+
+/// The end of a restart test: `requests` more requests routed round robin over `replicas`
+/// (`[a, b, restarted]`), then the replicas agree and hold the driver's bookings; every booking
+/// is freed by the replica that made it (the restarted one learned its own earlier ones while
+/// catching up), and then none is active anywhere.
+pub async fn route_agree_and_free_all(
+    bus: &Bus,
+    replicas: [&Replica<1>; 3],
+    kv: &KvPublisher,
+    trace: &Trace,
+    driver: &mut Driver,
+    requests: std::ops::Range<usize>,
+) {
+    for i in requests {
+        driver.route(replicas[i % 3], kv, trace, i);
+    }
+    settle(bus, &replicas, kv).await;
+    let f = fingerprint(replicas[0], trace);
+    assert_eq!(fingerprint(replicas[1], trace), f);
+    assert_eq!(fingerprint(replicas[2], trace), f);
+    assert_eq!(f.active, driver.booked.len());
+    let rest: Vec<u64> = driver.booked.keys().copied().collect();
+    for id in rest {
+        driver.free(&replicas, id);
+    }
+    settle(bus, &replicas, kv).await;
+    for r in replicas {
+        assert_eq!(fingerprint(r, trace).active, 0, "replica {}", r.id());
+    }
+}
