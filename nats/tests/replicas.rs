@@ -7,7 +7,8 @@ mod common;
 use std::time::Duration;
 
 use common::{
-    Driver, Scratch, bus, fingerprint, route_agree_and_free_all, router, server, settle, workload,
+    Driver, Scratch, bus, fingerprint, route_agree_and_free_all, router, run_then_kill_replica_2,
+    server, settle, workload,
 };
 use libroute_core::{KvEvent, LedgerEvent, Tier, WorkerKey};
 use libroute_nats::{Replica, wire};
@@ -77,30 +78,8 @@ async fn a_replica_killed_mid_run_catches_up_from_the_stream_and_agrees() {
     let bus = bus(&server, "restart").await;
     let trace = workload(500);
     let kv = bus.kv_publisher("fleet");
-    let a = Replica::start(&bus, 0, router()).await.unwrap();
-    let b = Replica::start(&bus, 1, router()).await.unwrap();
-    let c = Replica::start(&bus, 2, router()).await.unwrap();
     let mut driver = Driver::new();
-    for i in 0..200 {
-        driver.route([&a, &b, &c][i % 3], &kv, &trace, i);
-    }
-    // Replica 2 dies (its events so far acknowledged: a crash after the server's ack).
-    c.flush().await;
-    drop(c);
-    for i in 200..400 {
-        driver.route([&a, &b][i % 2], &kv, &trace, i);
-        if i % 2 == 0 {
-            // Free the oldest of the live replicas' own requests.
-            let id = *driver
-                .booked
-                .iter()
-                .filter(|(_, (owner, _))| *owner != 2)
-                .map(|(id, _)| id)
-                .min()
-                .unwrap();
-            driver.free(&[&a, &b], id);
-        }
-    }
+    let (a, b) = run_then_kill_replica_2(&bus, &kv, &trace, &mut driver).await;
     // It restarts with an empty router and rebuilds both from the streams.
     let c = Replica::start(&bus, 2, router()).await.unwrap();
     let stats = c.stats();

@@ -5,7 +5,8 @@
 mod common;
 
 use common::{
-    Driver, Scratch, fingerprint, route_agree_and_free_all, router, server, settle, workload,
+    Driver, Scratch, fingerprint, route_agree_and_free_all, router, run_then_kill_replica_2,
+    server, settle, workload,
 };
 use libroute_nats::{Bus, BusConfig, LocalServer, Replica, SnapshotFailure};
 
@@ -24,28 +25,8 @@ async fn a_replica_restarted_from_a_snapshot_replays_only_the_tail_and_agrees() 
     let bus = bus(&server, "snap", Some(400)).await;
     let trace = workload(600);
     let kv = bus.kv_publisher("fleet");
-    let a = Replica::start(&bus, 0, router()).await.unwrap();
-    let b = Replica::start(&bus, 1, router()).await.unwrap();
-    let c = Replica::start(&bus, 2, router()).await.unwrap();
     let mut driver = Driver::new();
-    for i in 0..200 {
-        driver.route([&a, &b, &c][i % 3], &kv, &trace, i);
-    }
-    c.flush().await;
-    drop(c);
-    for i in 200..400 {
-        driver.route([&a, &b][i % 2], &kv, &trace, i);
-        if i % 2 == 0 {
-            let id = *driver
-                .booked
-                .iter()
-                .filter(|(_, (owner, _))| *owner != 2)
-                .map(|(id, _)| id)
-                .min()
-                .unwrap();
-            driver.free(&[&a, &b], id);
-        }
-    }
+    let (a, b) = run_then_kill_replica_2(&bus, &kv, &trace, &mut driver).await;
     settle(&bus, &[&a, &b], &kv).await;
     // The automatic snapshots are stored in the background: wait for them.
     let automatic = || a.stats().snapshots_taken + b.stats().snapshots_taken;

@@ -203,3 +203,36 @@ pub async fn route_agree_and_free_all(
         assert_eq!(fingerprint(r, trace).active, 0, "replica {}", r.id());
     }
 }
+
+/// The start of a restart test: replicas 0, 1 and 2 route requests 0..200 round robin; replica 2
+/// dies (its events so far acknowledged: a crash after the server's ack); replicas 0 and 1 route
+/// 200..400, freeing the oldest of their own requests every other one. Returns replicas 0 and 1.
+pub async fn run_then_kill_replica_2(
+    bus: &Bus,
+    kv: &KvPublisher,
+    trace: &Trace,
+    driver: &mut Driver,
+) -> (Replica<1>, Replica<1>) {
+    let a = Replica::start(bus, 0, router()).await.unwrap();
+    let b = Replica::start(bus, 1, router()).await.unwrap();
+    let c = Replica::start(bus, 2, router()).await.unwrap();
+    for i in 0..200 {
+        driver.route([&a, &b, &c][i % 3], kv, trace, i);
+    }
+    c.flush().await;
+    drop(c);
+    for i in 200..400 {
+        driver.route([&a, &b][i % 2], kv, trace, i);
+        if i % 2 == 0 {
+            let id = *driver
+                .booked
+                .iter()
+                .filter(|(_, (owner, _))| *owner != 2)
+                .map(|(id, _)| id)
+                .min()
+                .unwrap();
+            driver.free(&[&a, &b], id);
+        }
+    }
+    (a, b)
+}
