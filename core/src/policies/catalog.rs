@@ -864,8 +864,8 @@ impl FirstTokenTerms {
 
 /// What the parts that compare a candidate with the others take from all of them: the delay to
 /// others' `crowd`, mean estimate and mean active requests, and the affinity gate's threshold and
-/// penalty.
-#[derive(Clone, Copy)]
+/// penalty (zeros when no part needs them).
+#[derive(Clone, Copy, Default)]
 struct FirstTokenShared {
     crowd: f64,
     mean: f64,
@@ -938,14 +938,7 @@ impl FirstToken {
         if parts.any(|p| matches!(p, FirstTokenPart::DelayToOthers | FirstTokenPart::Affinity)) {
             self.shared(&rows.summary())
         } else {
-            FirstTokenShared {
-                crowd: 0.0,
-                mean: 0.0,
-                mean_active: 0.0,
-                longest: 0,
-                threshold: 0.0,
-                penalty: 0.0,
-            }
+            FirstTokenShared::default()
         }
     }
 }
