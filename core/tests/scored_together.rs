@@ -1,8 +1,10 @@
 //! Scorers scored together (`Scorers::score_together`, `Scorer::score_run`): the `ttft` type's
-//! five parts in one pass give every selection, every candidate's total and every part's
-//! contribution bit for bit as the same parts scored one at a time, and the same errors, on
-//! random fleets (rows with and without load, cache and speed; counters near the integer
-//! limit; speeds large enough to overflow) and random parameters.
+//! five parts in one pass, and runs of llm-d's scorers (prefix, KV utilization, queue: scorers
+//! that declare different inputs) with one read of each row, give every selection, every
+//! candidate's total and every scorer's contribution bit for bit as the same scorers scored one
+//! at a time, and the same errors, on random fleets (rows with and without load, cache and
+//! speed; counters near the integer limit; speeds large enough to overflow) and random
+//! parameters.
 
 use libroute_core::catalog::*;
 use libroute_core::*;
@@ -159,6 +161,108 @@ proptest! {
             outcome(&together, &request, &rows),
             outcome(&alone, &request, &rows)
         );
+    }
+}
+
+/// One of llm-d's scorers at a weight: 1 most often (the catalog's defaults are 1, 1 and 1),
+/// else any, including 0 and a negative one.
+fn llm_d_scorer() -> impl Strategy<Value = WeightedScorer> {
+    let credit =
+        prop_oneof![2 => 0.0..1.0f64, 1 => Just(0.0), 1 => Just(1.0), 1 => 1e300..1e308f64];
+    let scorer = prop_oneof![
+        (credit.clone(), credit)
+            .prop_map(|(host, disk)| BuiltinScorer::Prefix(PrefixScore { host, disk })),
+        prop_oneof![Just(1u64), 1..10_000u64, Just(u64::MAX)].prop_map(|capacity_blocks| {
+            BuiltinScorer::KvUtilization(KvUtilizationScore { capacity_blocks })
+        }),
+        Just(BuiltinScorer::Queue(QueueScore)),
+    ];
+    let weight = prop_oneof![3 => Just(1.0), 1 => -3.0..3.0f64, 1 => Just(0.0)];
+    (scorer, weight).prop_map(|(scorer, weight)| WeightedScorer { scorer, weight })
+}
+
+/// Rows whose cache entries may hold host and disk blocks, which the prefix scorer credits.
+fn tiered_row() -> impl Strategy<Value = Row> {
+    (row(), 0..50u32, 0..50u32, any::<bool>()).prop_map(|(mut row, host, disk, tiers)| {
+        if tiers && row.flags.contains(RowFlags::HAS_CACHE) {
+            row.host_blocks = host;
+            row.disk_blocks = disk;
+        }
+        row
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(3000))]
+
+    #[test]
+    fn llm_d_scorers_scored_together_are_those_scored_alone(
+        rows in prop::collection::vec(tiered_row(), 1..40),
+        run in prop::collection::vec(llm_d_scorer(), 2..=4),
+        prompt in prop_oneof![1..5_000u64, Just(u64::MAX / 2)],
+    ) {
+        let rows: Vec<Row> = rows
+            .into_iter()
+            .enumerate()
+            .map(|(i, r)| Row { worker: WorkerKey::new(i as u64, 0), ..r })
+            .collect();
+        let request = Request::new(prompt, 16);
+        let together = Policy::new((), run.as_slice(), MinCostPicker).unwrap();
+        let alone: Vec<Alone> = run.iter().map(|&w| Alone(w)).collect();
+        let alone = Policy::new((), alone.as_slice(), MinCostPicker).unwrap();
+        prop_assert_eq!(
+            outcome(&together, &request, &rows),
+            outcome(&alone, &request, &rows)
+        );
+    }
+}
+
+/// The catalog's `llm_d` type, with and without its KV utilization scorer, scores its scorers
+/// together and picks and totals as they do alone.
+#[test]
+fn the_catalog_llm_d_type_matches_its_scorers_alone() {
+    let rows: Vec<Row> = (0..300u64)
+        .map(|i| {
+            Row::new(WorkerKey::new(i, 0))
+                .with_load(Load {
+                    available: true,
+                    active_prefill_tokens: (i * 37) % 900,
+                    active_decode_blocks: (i * 13) % 5_000,
+                    active_requests: i % 7,
+                })
+                .with_cache(Cache::from_tiers(
+                    (i % 11) as u32,
+                    (i % 5) as u32,
+                    (i % 3) as u32,
+                    0.75,
+                    0.25,
+                    16,
+                ))
+        })
+        .collect();
+    let request = Request::new(2048, 16);
+    for json in [
+        r#"{"type": "llm_d", "kv_capacity_blocks": 4096}"#,
+        r#"{"type": "llm_d", "queue_weight": 2.5, "host_credit": 0.3}"#,
+    ] {
+        let catalog = serde_json::from_str::<catalog_config::PolicyConfig>(json)
+            .unwrap()
+            .build()
+            .unwrap();
+        let alone: Vec<Alone> = catalog.scorers().iter().map(|&w| Alone(w)).collect();
+        assert!(alone.len() >= 2, "{json}");
+        let alone = Policy::new((), alone.as_slice(), MinCostPicker).unwrap();
+        let mut a = Selector::<512>::new();
+        let mut b = Selector::<512>::new();
+        let x = catalog.select(&mut a, &request, &rows).unwrap();
+        let y = alone.select(&mut b, &request, &rows).unwrap();
+        assert_eq!(
+            (x.row, x.cost.to_bits()),
+            (y.row, y.cost.to_bits()),
+            "{json}"
+        );
+        assert_eq!(x.contributions(), y.contributions(), "{json}");
+        assert!(a.last_costs().eq(b.last_costs()), "{json}");
     }
 }
 

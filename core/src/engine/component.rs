@@ -239,8 +239,11 @@ pub trait Scorer {
     /// run of scorers of this type, `run[s]`'s into `columns[s * stride..][..n]` for the `n`
     /// candidates, exactly what each one's [`Scorer::score`] writes, in fewer passes over the
     /// rows than asking each in turn (parts of one estimate that share their per-row terms and
-    /// aggregates). The engine asks only when every scorer of the list declares the same
-    /// inputs, with `request` and `candidates` under them. The columns hold what an earlier
+    /// aggregates, or scorers that read the same rows). The engine asks when a policy has
+    /// several scorers, with `request` and `candidates` under the union of their inputs; each
+    /// column must still be what its scorer's `score` writes under its own inputs
+    /// (`run[s].inputs(request.leg())`), so a run whose scorers declare different groups must
+    /// read each group only for those that declared it. The columns hold what an earlier
     /// selection left: accepting the run means writing all `n` entries of each of its columns
     /// (NaN for a cost that cannot be given, which the engine reports as each scorer's).
     ///

@@ -517,11 +517,11 @@ impl<F: Filters, S: Scorers, P: Picker> Policy<F, S, P> {
         // 3. Scorers, each into its own NaN-filled column; then totals.
         let scorers = self.scorers.len();
         let capacity = scratch.capacity;
-        if let Some(shared) = self.shared_inputs(leg) {
-            // Every scorer reads the same groups: the list may score them together (parts of
-            // one estimate), with the same columns and the same errors as one at a time.
-            declared |= shared;
-            let view = RequestView::new(request, shared);
+        if let Some(joint) = self.joint_inputs(leg) {
+            // The list may score its scorers together (parts of one estimate, or scorers that
+            // read the same rows), with the same columns and the same errors as one at a time.
+            declared |= joint;
+            let view = RequestView::new(request, joint);
             let columns = &mut scratch.costs[..scorers * capacity];
             let candidates = Candidates::new(view, rows, order);
             if let Some(scored) = self
@@ -575,17 +575,16 @@ impl<F: Filters, S: Scorers, P: Picker> Policy<F, S, P> {
         )
     }
 
-    /// The inputs every scorer declares for `leg`, when there are several and they all declare
-    /// the same.
-    fn shared_inputs(&self, leg: Leg) -> Option<WorkerInputs> {
+    /// The union of the inputs the scorers declare for `leg`, when there are several (what
+    /// [`Scorers::score_together`] is asked under).
+    fn joint_inputs(&self, leg: Leg) -> Option<WorkerInputs> {
         let scorers = self.scorers.len();
         if scorers < 2 {
             return None;
         }
-        let first = self.scorers.get(0)?.inputs(leg);
-        (1..scorers)
-            .all(|s| self.scorers.get(s).is_some_and(|x| x.inputs(leg) == first))
-            .then_some(first)
+        Some((0..scorers).fold(WorkerInputs::NONE, |all, s| {
+            self.scorers.get(s).map_or(all, |x| all | x.inputs(leg))
+        }))
     }
 
     /// The totals of the scorers' columns (into `scratch.totals`, with more than one scorer).

@@ -411,6 +411,23 @@ impl Default for PrefixScore {
     }
 }
 
+impl PrefixScore {
+    /// A row's credit, `dev + host * host_blocks + disk * disk_blocks` (zeros without CACHE).
+    #[inline]
+    fn credit(&self, row: &Row) -> f64 {
+        let c = row.cache();
+        f64::from(c.device_blocks)
+            + self.host * f64::from(c.host_blocks)
+            + self.disk * f64::from(c.disk_blocks)
+    }
+
+    /// The cost of a credit for a request of `blocks` blocks.
+    #[inline]
+    fn cost(credit: f64, blocks: f64) -> f64 {
+        -(credit / blocks).clamp(0.0, 1.0)
+    }
+}
+
 impl Scorer for PrefixScore {
     fn inputs(&self, _leg: Leg) -> WorkerInputs {
         WorkerInputs::CACHE
@@ -423,18 +440,12 @@ impl Scorer for PrefixScore {
         costs: &mut [f64],
     ) -> Result<(), ComponentError> {
         let blocks = as_cost(request.request_blocks());
-        let (host, disk) = (self.host, self.disk);
         gather_then(
             candidates,
             WorkerInputs::CACHE,
             costs,
-            |row| {
-                let c = row.cache();
-                f64::from(c.device_blocks)
-                    + host * f64::from(c.host_blocks)
-                    + disk * f64::from(c.disk_blocks)
-            },
-            |credit| -(credit / blocks).clamp(0.0, 1.0),
+            |row| self.credit(row),
+            |credit| Self::cost(credit, blocks),
         );
         Ok(())
     }
@@ -448,6 +459,25 @@ pub struct KvUtilizationScore {
     pub capacity_blocks: u64,
 }
 
+impl KvUtilizationScore {
+    /// A row's used blocks, `active_decode_blocks` (0 without LOAD).
+    #[inline]
+    fn used(row: &Row) -> f64 {
+        as_cost(LoadMetric::ActiveBlocks.of(row.load()))
+    }
+
+    /// The capacity the used blocks are divided by.
+    fn capacity(self) -> f64 {
+        as_cost(self.capacity_blocks.max(1))
+    }
+
+    /// The cost of `used` blocks out of `capacity`.
+    #[inline]
+    fn cost(used: f64, capacity: f64) -> f64 {
+        -(1.0 - (used / capacity).clamp(0.0, 1.0))
+    }
+}
+
 impl Scorer for KvUtilizationScore {
     fn inputs(&self, _leg: Leg) -> WorkerInputs {
         WorkerInputs::LOAD
@@ -459,14 +489,10 @@ impl Scorer for KvUtilizationScore {
         candidates: &Candidates<'_>,
         costs: &mut [f64],
     ) -> Result<(), ComponentError> {
-        let capacity = as_cost(self.capacity_blocks.max(1));
-        gather_then(
-            candidates,
-            WorkerInputs::LOAD,
-            costs,
-            |row| as_cost(LoadMetric::ActiveBlocks.of(row.load())),
-            |used| -(1.0 - (used / capacity).clamp(0.0, 1.0)),
-        );
+        let capacity = self.capacity();
+        gather_then(candidates, WorkerInputs::LOAD, costs, Self::used, |used| {
+            Self::cost(used, capacity)
+        });
         Ok(())
     }
 }
@@ -487,8 +513,6 @@ impl Scorer for QueueScore {
         candidates: &Candidates<'_>,
         costs: &mut [f64],
     ) -> Result<(), ComponentError> {
-        const EXACT: u64 = 1 << 53;
-        let metric = LoadMetric::ActiveRequests;
         let (rows, order) = candidates.raw();
         let costs = &mut costs[..order.len()];
         if !candidates.request().inputs().contains(WorkerInputs::LOAD) {
@@ -496,17 +520,51 @@ impl Scorer for QueueScore {
             return Ok(());
         }
         // One pass over the rows: each load into its cost slot, and the range.
-        let (mut lo, mut hi) = (u64::MAX, 0);
+        let mut range = QueueRange::default();
         for (cost, &i) in costs.iter_mut().zip(order) {
-            let load = metric.of(rows[i as usize].load());
-            lo = lo.min(load);
-            hi = hi.max(load);
-            *cost = as_cost(load);
+            *cost = range.add(&rows[i as usize]);
         }
+        range.finish(costs, rows, order);
+        Ok(())
+    }
+}
+
+/// The range of the candidates' queues, gathered as [`QueueScore`] reads them.
+#[derive(Clone, Copy)]
+struct QueueRange {
+    lo: u64,
+    hi: u64,
+}
+
+impl Default for QueueRange {
+    fn default() -> Self {
+        Self {
+            lo: u64::MAX,
+            hi: 0,
+        }
+    }
+}
+
+impl QueueRange {
+    /// Takes `row`'s queue (`active_requests`, 0 without LOAD) into the range and returns it as
+    /// a float, what [`QueueRange::finish`] expects in the row's cost slot.
+    #[inline]
+    fn add(&mut self, row: &Row) -> f64 {
+        let load = QueueScore::queue(row);
+        self.lo = self.lo.min(load);
+        self.hi = self.hi.max(load);
+        as_cost(load)
+    }
+
+    /// Turns the queues [`QueueRange::add`] returned (in `costs`, for the rows `order` lists)
+    /// into costs.
+    fn finish(self, costs: &mut [f64], rows: &[Row], order: &[u32]) {
+        const EXACT: u64 = 1 << 53;
+        let Self { lo, hi } = self;
         // Every row equal (or no candidate: `lo` stays above `hi`).
         if hi <= lo {
             costs.fill(-1.0);
-            return Ok(());
+            return;
         }
         let spread = as_cost(hi - lo);
         if hi < EXACT {
@@ -518,10 +576,77 @@ impl Scorer for QueueScore {
             }
         } else {
             for (cost, &i) in costs.iter_mut().zip(order) {
-                *cost = -(as_cost(hi - metric.of(rows[i as usize].load())) / spread);
+                *cost = -(as_cost(hi - QueueScore::queue(&rows[i as usize])) / spread);
             }
         }
-        Ok(())
+    }
+}
+
+impl QueueScore {
+    /// A row's queue: `active_requests`, 0 without LOAD.
+    #[inline]
+    fn queue(row: &Row) -> u64 {
+        LoadMetric::ActiveRequests.of(row.load())
+    }
+}
+
+/// The candidates' rows read into scorers' columns (`stride` apart) by [`WeightedScorer`]'s
+/// run of llm-d's scorers: one loop per set of figures, so each runs without a branch.
+#[derive(Clone, Copy)]
+struct Gather<'a> {
+    rows: &'a [Row],
+    order: &'a [u32],
+    stride: usize,
+}
+
+impl Gather<'_> {
+    /// `figure(row)` into column `s`.
+    fn one(self, columns: &mut [f64], s: usize, mut figure: impl FnMut(&Row) -> f64) {
+        let column = &mut columns[s * self.stride..][..self.order.len()];
+        for (c, &i) in column.iter_mut().zip(self.order) {
+            *c = figure(&self.rows[i as usize]);
+        }
+    }
+
+    /// The prefix credit into column `p` and the queue into column `q`.
+    fn two(
+        self,
+        columns: &mut [f64],
+        (prefix, p): (PrefixScore, usize),
+        q: usize,
+        queues: &mut QueueRange,
+    ) {
+        let n = self.order.len();
+        let (at_p, at_q) = (p * self.stride, q * self.stride);
+        assert!(at_p.max(at_q) + n <= columns.len(), "columns hold the run");
+        for (k, &i) in self.order.iter().enumerate() {
+            let row = &self.rows[i as usize];
+            columns[at_p + k] = prefix.credit(row);
+            columns[at_q + k] = queues.add(row);
+        }
+    }
+
+    /// The prefix credit into column `p`, the used blocks into `u` and the queue into `q`.
+    fn three(
+        self,
+        columns: &mut [f64],
+        (prefix, p): (PrefixScore, usize),
+        u: usize,
+        q: usize,
+        queues: &mut QueueRange,
+    ) {
+        let n = self.order.len();
+        let (at_p, at_u, at_q) = (p * self.stride, u * self.stride, q * self.stride);
+        assert!(
+            at_p.max(at_u).max(at_q) + n <= columns.len(),
+            "columns hold the run"
+        );
+        for (k, &i) in self.order.iter().enumerate() {
+            let row = &self.rows[i as usize];
+            columns[at_p + k] = prefix.credit(row);
+            columns[at_u + k] = KvUtilizationScore::used(row);
+            columns[at_q + k] = queues.add(row);
+        }
     }
 }
 
@@ -1393,16 +1518,14 @@ impl Scorer for WeightedScorer {
         costs: &mut [f64],
     ) -> Result<(), ComponentError> {
         self.scorer.get().score(request, candidates, costs)?;
-        if self.weight != 1.0 {
-            for c in costs.iter_mut() {
-                *c *= self.weight;
-            }
-        }
+        self.weigh(costs);
         Ok(())
     }
 
     /// Scores together a run of [`FirstToken`] parts of one model at weight 1 (the `ttft`
-    /// type), up to [`MAX_SCORERS`] of them; any other run, one at a time.
+    /// type), or a run of llm-d's scorers ([`PrefixScore`], [`KvUtilizationScore`],
+    /// [`QueueScore`], the `llm_d` type), up to [`MAX_SCORERS`] of them; any other run, one at
+    /// a time.
     fn score_run(
         run: &[Self],
         request: &RequestView<'_>,
@@ -1410,13 +1533,64 @@ impl Scorer for WeightedScorer {
         columns: &mut [f64],
         stride: usize,
     ) -> Option<Result<(), (usize, ComponentError)>> {
-        let BuiltinScorer::FirstToken(model) = run.first()?.scorer else {
-            return None;
-        };
-        let mut parts = [FirstTokenPart::Queue; MAX_SCORERS];
-        if run.len() > parts.len() {
+        if run.len() > MAX_SCORERS
+            || !run
+                .iter()
+                .all(|w| request.inputs().contains(w.inputs(request.leg())))
+        {
             return None;
         }
+        match run.first()?.scorer {
+            BuiltinScorer::FirstToken(model) => {
+                Self::first_token_run(model, run, request, candidates, columns, stride)
+            }
+            BuiltinScorer::Prefix(_)
+            | BuiltinScorer::KvUtilization(_)
+            | BuiltinScorer::Queue(_) => Self::llm_d_run(run, request, candidates, columns, stride),
+            _ => None,
+        }
+    }
+
+    fn score_all_rows(
+        &self,
+        request: &RequestView<'_>,
+        rows: &[Row],
+        order: &mut [u32],
+        costs: &mut [f64],
+    ) -> Option<usize> {
+        // At weight 1 the costs are the scorer's own, so its one-pass steps apply.
+        if self.weight == 1.0 {
+            self.scorer
+                .get()
+                .score_all_rows(request, rows, order, costs)
+        } else {
+            None
+        }
+    }
+}
+
+impl WeightedScorer {
+    /// Multiplies `costs` by the weight (nothing at weight 1).
+    #[inline]
+    fn weigh(&self, costs: &mut [f64]) {
+        if self.weight != 1.0 {
+            for c in costs.iter_mut() {
+                *c *= self.weight;
+            }
+        }
+    }
+
+    /// The `ttft` type's parts of `model` together, when every scorer of `run` is one at
+    /// weight 1.
+    fn first_token_run(
+        model: FirstToken,
+        run: &[Self],
+        request: &RequestView<'_>,
+        candidates: &Candidates<'_>,
+        columns: &mut [f64],
+        stride: usize,
+    ) -> Option<Result<(), (usize, ComponentError)>> {
+        let mut parts = [FirstTokenPart::Queue; MAX_SCORERS];
         for (part, w) in parts.iter_mut().zip(run) {
             match w.scorer {
                 BuiltinScorer::FirstToken(m)
@@ -1435,21 +1609,94 @@ impl Scorer for WeightedScorer {
         Some(Ok(()))
     }
 
-    fn score_all_rows(
-        &self,
+    /// A run of llm-d's scorers (any of [`PrefixScore`], [`KvUtilizationScore`] and
+    /// [`QueueScore`], at any weights, in any order): every row read once for the first
+    /// scorer of each kind, each one's per-row figure into its column (the queues' range as
+    /// they go; a second scorer of a kind reads its own), then each column turned into costs
+    /// where it lies, with the same formulas as each one's `score`.
+    fn llm_d_run(
+        run: &[Self],
         request: &RequestView<'_>,
-        rows: &[Row],
-        order: &mut [u32],
-        costs: &mut [f64],
-    ) -> Option<usize> {
-        // At weight 1 the costs are the scorer's own, so its one-pass steps apply.
-        if self.weight == 1.0 {
-            self.scorer
-                .get()
-                .score_all_rows(request, rows, order, costs)
-        } else {
-            None
+        candidates: &Candidates<'_>,
+        columns: &mut [f64],
+        stride: usize,
+    ) -> Option<Result<(), (usize, ComponentError)>> {
+        // The first column of each kind: prefix, KV utilization, queue.
+        let mut first: [Option<usize>; 3] = [None; 3];
+        for (s, w) in run.iter().enumerate() {
+            let kind = match w.scorer {
+                BuiltinScorer::Prefix(_) => 0,
+                BuiltinScorer::KvUtilization(_) => 1,
+                BuiltinScorer::Queue(_) => 2,
+                _ => return None,
+            };
+            first[kind] = first[kind].or(Some(s));
         }
+        let (rows, order) = candidates.raw();
+        let n = order.len();
+        let prefix = |s: usize| match run[s].scorer {
+            BuiltinScorer::Prefix(p) => p,
+            _ => PrefixScore::default(),
+        };
+        let mut queues = QueueRange::default();
+        let gather = Gather {
+            rows,
+            order,
+            stride,
+        };
+        match first {
+            [Some(p), Some(u), Some(q)] => {
+                gather.three(columns, (prefix(p), p), u, q, &mut queues);
+            }
+            [Some(p), None, Some(q)] => gather.two(columns, (prefix(p), p), q, &mut queues),
+            _ => {
+                if let Some(p) = first[0] {
+                    let prefix = prefix(p);
+                    gather.one(columns, p, |row| prefix.credit(row));
+                }
+                if let Some(u) = first[1] {
+                    gather.one(columns, u, KvUtilizationScore::used);
+                }
+                if let Some(q) = first[2] {
+                    gather.one(columns, q, |row| queues.add(row));
+                }
+            }
+        }
+        // A second scorer of a kind (another weight, other tier credits) reads its own.
+        for (s, w) in run.iter().enumerate() {
+            match w.scorer {
+                BuiltinScorer::Prefix(p) if first[0] != Some(s) => {
+                    gather.one(columns, s, |row| p.credit(row));
+                }
+                BuiltinScorer::KvUtilization(_) if first[1] != Some(s) => {
+                    gather.one(columns, s, KvUtilizationScore::used);
+                }
+                BuiltinScorer::Queue(_) if first[2] != Some(s) => {
+                    gather.one(columns, s, |row| queues.add(row));
+                }
+                _ => {}
+            }
+        }
+        let blocks = as_cost(request.request_blocks());
+        for (s, w) in run.iter().enumerate() {
+            let column = &mut columns[s * stride..][..n];
+            match w.scorer {
+                BuiltinScorer::Prefix(_) => {
+                    for c in column.iter_mut() {
+                        *c = PrefixScore::cost(*c, blocks);
+                    }
+                }
+                BuiltinScorer::KvUtilization(u) => {
+                    let capacity = u.capacity();
+                    for c in column.iter_mut() {
+                        *c = KvUtilizationScore::cost(*c, capacity);
+                    }
+                }
+                _ => queues.finish(column, rows, order),
+            }
+            w.weigh(column);
+        }
+        Some(Ok(()))
     }
 }
 

@@ -9,7 +9,7 @@
 use core::fmt;
 
 use crate::vocab::{
-    Cache, Load, PreferredTaint, Request, Role, Row, SharedHits, Speed, TaintSet, WorkerKey,
+    Cache, Leg, Load, PreferredTaint, Request, Role, Row, SharedHits, Speed, TaintSet, WorkerKey,
 };
 
 /// A set of input groups (spec section 1).
@@ -180,6 +180,12 @@ impl<'a> RequestView<'a> {
     #[must_use]
     pub const fn conditional_disagg(&self) -> bool {
         self.request.conditional_disagg
+    }
+
+    /// The leg being selected for (what components' declared inputs depend on).
+    #[must_use]
+    pub const fn leg(&self) -> Leg {
+        self.request.leg()
     }
 
     /// Taints a worker must carry to be eligible (always visible: eligibility is the
