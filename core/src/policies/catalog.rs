@@ -1621,57 +1621,55 @@ impl WeightedScorer {
         columns: &mut [f64],
         stride: usize,
     ) -> Option<Result<(), (usize, ComponentError)>> {
-        // The first column of each kind: prefix, KV utilization, queue.
-        let mut first: [Option<usize>; 3] = [None; 3];
+        // The first scorer of each kind (the prefix scorer with its tier credits) and its column.
+        let (mut prefix, mut used, mut queue) = (None, None, None);
         for (s, w) in run.iter().enumerate() {
-            let kind = match w.scorer {
-                BuiltinScorer::Prefix(_) => 0,
-                BuiltinScorer::KvUtilization(_) => 1,
-                BuiltinScorer::Queue(_) => 2,
+            match w.scorer {
+                BuiltinScorer::Prefix(p) => {
+                    prefix.get_or_insert((p, s));
+                }
+                BuiltinScorer::KvUtilization(_) => {
+                    used.get_or_insert(s);
+                }
+                BuiltinScorer::Queue(_) => {
+                    queue.get_or_insert(s);
+                }
                 _ => return None,
-            };
-            first[kind] = first[kind].or(Some(s));
+            }
         }
         let (rows, order) = candidates.raw();
         let n = order.len();
-        let prefix = |s: usize| match run[s].scorer {
-            BuiltinScorer::Prefix(p) => p,
-            _ => PrefixScore::default(),
-        };
         let mut queues = QueueRange::default();
         let gather = Gather {
             rows,
             order,
             stride,
         };
-        match first {
-            [Some(p), Some(u), Some(q)] => {
-                gather.three(columns, (prefix(p), p), u, q, &mut queues);
-            }
-            [Some(p), None, Some(q)] => gather.two(columns, (prefix(p), p), q, &mut queues),
+        match (prefix, used, queue) {
+            (Some(p), Some(u), Some(q)) => gather.three(columns, p, u, q, &mut queues),
+            (Some(p), None, Some(q)) => gather.two(columns, p, q, &mut queues),
             _ => {
-                if let Some(p) = first[0] {
-                    let prefix = prefix(p);
-                    gather.one(columns, p, |row| prefix.credit(row));
+                if let Some((p, s)) = prefix {
+                    gather.one(columns, s, |row| p.credit(row));
                 }
-                if let Some(u) = first[1] {
-                    gather.one(columns, u, KvUtilizationScore::used);
+                if let Some(s) = used {
+                    gather.one(columns, s, KvUtilizationScore::used);
                 }
-                if let Some(q) = first[2] {
-                    gather.one(columns, q, |row| queues.add(row));
+                if let Some(s) = queue {
+                    gather.one(columns, s, |row| queues.add(row));
                 }
             }
         }
         // A second scorer of a kind (another weight, other tier credits) reads its own.
         for (s, w) in run.iter().enumerate() {
             match w.scorer {
-                BuiltinScorer::Prefix(p) if first[0] != Some(s) => {
+                BuiltinScorer::Prefix(p) if prefix.map(|(_, first)| first) != Some(s) => {
                     gather.one(columns, s, |row| p.credit(row));
                 }
-                BuiltinScorer::KvUtilization(_) if first[1] != Some(s) => {
+                BuiltinScorer::KvUtilization(_) if used != Some(s) => {
                     gather.one(columns, s, KvUtilizationScore::used);
                 }
-                BuiltinScorer::Queue(_) if first[2] != Some(s) => {
+                BuiltinScorer::Queue(_) if queue != Some(s) => {
                     gather.one(columns, s, |row| queues.add(row));
                 }
                 _ => {}
