@@ -30,6 +30,7 @@ static libroute_status lr_route_at(libroute_router *router, const libroute_polic
 import "C"
 
 import (
+	"errors"
 	"runtime"
 	"unsafe"
 )
@@ -199,6 +200,48 @@ func (r *Router) ReadKvBatches(blockSize uint32, engineHashSlots int) error {
 	return r.do(func(p *C.libroute_router) C.libroute_status {
 		return C.libroute_router_read_kv_batches(p, C.uint32_t(blockSize), C.size_t(engineHashSlots))
 	})
+}
+
+// Snapshot returns the router's state, its index and ledger (not approximate mode's
+// predictions), in libroute's versioned snapshot format: a router of the same MaxWorkers given
+// it with Restore holds the same state, so a restarted host resumes where the snapshot was
+// taken. A router that reads engines' KV batches (ReadKvBatches) has none: their map from engine
+// to router block hashes is not in a snapshot (StatusInvalidArgument).
+func (r *Router) Snapshot() ([]byte, error) {
+	var size C.size_t
+	err := r.do(func(p *C.libroute_router) C.libroute_status {
+		return C.libroute_router_snapshot(p, nil, 0, &size)
+	})
+	if !errors.Is(err, StatusBufferTooSmall) {
+		return nil, err
+	}
+	buf := make([]byte, int(size))
+	var written C.size_t
+	err = r.do(func(p *C.libroute_router) C.libroute_status {
+		return C.libroute_router_snapshot(p, (*C.uint8_t)(unsafe.Pointer(&buf[0])), C.size_t(len(buf)), &written)
+	})
+	runtime.KeepAlive(buf)
+	if err != nil {
+		return nil, err
+	}
+	return buf[:int(written)], nil
+}
+
+// Restore replaces the router's index and ledger with those of a Snapshot (of a router with the
+// same MaxWorkers), in tables of this router's sizes; approximate mode's predictions are
+// forgotten, and workers added since the snapshot must be added again. A truncated or damaged
+// snapshot, or one holding more than this router's tables do, is StatusInvalidArgument with a
+// detail naming the byte offset, and changes nothing.
+func (r *Router) Restore(snapshot []byte) error {
+	var ptr *C.uint8_t
+	if len(snapshot) > 0 {
+		ptr = (*C.uint8_t)(unsafe.Pointer(&snapshot[0]))
+	}
+	err := r.do(func(p *C.libroute_router) C.libroute_status {
+		return C.libroute_router_restore(p, ptr, C.size_t(len(snapshot)))
+	})
+	runtime.KeepAlive(snapshot)
+	return err
 }
 
 // ApplyKvBatch applies one raw KV-event payload, as vLLM and SGLang publish it (the msgpack frame

@@ -61,6 +61,67 @@ func TestRouteFollowsTheCachedPrefixAndBooks(t *testing.T) {
 	}
 }
 
+func TestSnapshotRestore(t *testing.T) {
+	a, b := newTestRouter(t, 8), newTestRouter(t, 8)
+	defer a.Close()
+	defer b.Close()
+	for _, w := range []Worker{workerA, workerB} {
+		if err := a.AddWorker(w); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := a.ApplyKvEvents([]KvEvent{{Kind: KvStored, Worker: workerB, Tier: TierDevice, Hashes: []uint64{11, 12, 13}}}); err != nil {
+		t.Fatal(err)
+	}
+	policy, _ := NewPolicy("")
+	defer policy.Close()
+	selector, _ := NewSelector(16, 1)
+	defer selector.Close()
+	req := Request{PromptTokens: 64, BlockSize: 16, Role: RoleAggregated, TrackPrefillTokens: true}
+	route := func(r *Router, id uint64) (Selection, []Row) {
+		rows := []Row{{Worker: workerA}, {Worker: workerB}}
+		sel, err := r.Route(policy, selector, &req, []uint64{11, 12, 13, 14}, rows, id, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return sel, rows
+	}
+	route(a, 7)
+	snapshot, err := a.Snapshot()
+	if err != nil || len(snapshot) == 0 {
+		t.Fatalf("snapshot: %d bytes, %v", len(snapshot), err)
+	}
+	var e *Error
+	if err := b.Restore(snapshot[:len(snapshot)-1]); !errors.As(err, &e) || e.Status != StatusInvalidArgument {
+		t.Fatalf("cut snapshot: %v", err)
+	}
+	if c, _ := b.Counters(); c.LedgerWorkers != 0 {
+		t.Errorf("a cut snapshot changed the router: %+v", c)
+	}
+	if err := b.Restore(snapshot); err != nil {
+		t.Fatal(err)
+	}
+	ca, _ := a.Counters()
+	cb, _ := b.Counters()
+	if ca != cb {
+		t.Errorf("counters %+v, restored %+v", ca, cb)
+	}
+	sa, ra := route(a, 8)
+	sb, rb := route(b, 8)
+	if sa.Worker != sb.Worker || fmt.Sprint(ra) != fmt.Sprint(rb) {
+		t.Errorf("next route %+v %v, restored %+v %v", sa, ra, sb, rb)
+	}
+	if err := b.FreeRequest(7); err != nil {
+		t.Errorf("the booking made before the snapshot: %v", err)
+	}
+	if err := b.ReadKvBatches(16, 64); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Snapshot(); !errors.Is(err, StatusInvalidArgument) {
+		t.Errorf("a router reading engines' batches: %v", err)
+	}
+}
+
 func TestReplicaEventsAreIdempotent(t *testing.T) {
 	router := newTestRouter(t, 8)
 	defer router.Close()

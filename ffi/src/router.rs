@@ -595,6 +595,70 @@ pub unsafe extern "C" fn libroute_router_get_counters(
     })
 }
 
+/// Writes the router's snapshot to `out` and its size in bytes to `*written`: its index (blocks,
+/// the least recently stored first, and the workers holding each, per tier) and its ledger
+/// (bookings, loads, recent request ids, speeds), in libroute's versioned little-endian format
+/// (`libroute_core::snapshot`); not approximate mode's predictions. A router given the bytes
+/// with `libroute_router_restore` holds the same state, so a restarted host resumes where the
+/// snapshot was taken. `BUFFER_TOO_SMALL` when `out_capacity` is below the size (`*written`
+/// says how many bytes are needed; `out` may then be NULL); `INVALID_ARGUMENT` when the router
+/// reads engines' KV batches (`libroute_router_read_kv_batches`): their map from engine to router
+/// block hashes is not in a snapshot.
+///
+/// # Safety
+///
+/// `router` must be a live handle not used concurrently; `out` must point to `out_capacity`
+/// writable bytes (or be NULL with `out_capacity` 0); `written` valid for a write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn libroute_router_snapshot(
+    router: *mut libroute_router,
+    out: *mut u8,
+    out_capacity: usize,
+    written: *mut usize,
+) -> libroute_status {
+    boundary(|| {
+        non_null!(written, "written");
+        // SAFETY: NULL or a live handle, by contract.
+        let r = unsafe { libroute_router::get(router) }?;
+        // SAFETY: `out` holds `out_capacity` writable bytes by contract.
+        let out = unsafe { slice_arg_mut(out, out_capacity, "out") }?;
+        let result = r.snapshot(out);
+        let n = match &result {
+            Ok(n) => *n,
+            Err((needed, _)) => *needed,
+        };
+        // SAFETY: non-NULL and valid for a write by contract.
+        unsafe { written.write(n) };
+        result.map(drop).map_err(|(_, failure)| failure)
+    })
+}
+
+/// Replaces the router's index and ledger with those in the snapshot `bytes[0..len]`
+/// (`libroute_router_snapshot` of a router with the same `max_workers`), built in new tables of
+/// this router's sizes; approximate mode's predictions are forgotten. Workers added since the
+/// snapshot are not kept: add them again. A truncated or damaged snapshot, one of another format
+/// version or `max_workers`, or one holding more than this router's tables do, is
+/// `INVALID_ARGUMENT` with a detail naming the byte offset, and changes nothing; so is a router
+/// that reads engines' KV batches.
+///
+/// # Safety
+///
+/// `router` must be a live handle not used concurrently; `bytes` must point to `len` bytes.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn libroute_router_restore(
+    router: *mut libroute_router,
+    bytes: *const u8,
+    len: usize,
+) -> libroute_status {
+    boundary(|| {
+        // SAFETY: NULL or a live handle not used concurrently, by contract.
+        let r = unsafe { libroute_router::get_mut(router) }?;
+        // SAFETY: `bytes` holds `len` bytes by contract.
+        let bytes = unsafe { slice_arg(bytes, len, "bytes") }?;
+        r.restore(bytes)
+    })
+}
+
 /// What one engine KV batch did (`libroute_router_apply_kv_batch`).
 #[repr(C)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -699,6 +699,168 @@ fn the_router_indexes_routes_books_and_frees() {
 }
 
 #[test]
+#[allow(
+    clippy::too_many_lines,
+    reason = "one story: a snapshot, its refusals, the restore and the same next route"
+)]
+fn a_router_restored_from_its_snapshot_routes_and_frees_as_it_did() {
+    let config = libroute_router_config {
+        block_slots: 64,
+        max_workers: 64,
+        request_slots: 32,
+        tombstones: 8,
+        prediction_slots: 0,
+        prediction_ttl: 0,
+        host_weight: 0.75,
+        disk_weight: 0.25,
+    };
+    let w = |id| libroute_worker {
+        worker_id: id,
+        dp_rank: 0,
+    };
+    let hashes = [1u64, 2, 3, 4];
+    let event = libroute_kv_event {
+        kind: libroute_kv_kind::Stored as u32,
+        worker: w(2),
+        tier: 0,
+        hashes: hashes.as_ptr(),
+        hashes_len: hashes.len(),
+    };
+    let policy = new_policy("").unwrap();
+    let selector = new_selector(4);
+    let req = request(64);
+    let (mut a, mut b, mut wide) = (ptr::null_mut(), ptr::null_mut(), ptr::null_mut());
+    // SAFETY: live handles, valid arrays and out-pointers throughout; each handle freed once.
+    unsafe {
+        let counters = |r| {
+            let mut c = std::mem::zeroed::<libroute_router_counters>();
+            assert_eq!(
+                libroute_router_get_counters(r, &raw mut c),
+                libroute_status::Ok
+            );
+            c
+        };
+        let route = |r, id| {
+            let mut rows = [row(1, 0, 0), row(2, 0, 0)];
+            let mut out = std::mem::zeroed::<libroute_selection>();
+            let rc = libroute_router_route(
+                r,
+                policy,
+                selector,
+                &raw const req,
+                hashes.as_ptr(),
+                4,
+                rows.as_mut_ptr(),
+                2,
+                id,
+                0,
+                &raw mut out,
+            );
+            assert_eq!(rc, libroute_status::Ok);
+            (
+                out.worker.worker_id,
+                out.cached_tokens,
+                rows[1].active_decode_blocks,
+            )
+        };
+        for r in [&mut a, &mut b] {
+            assert_eq!(
+                libroute_router_new(&raw const config, r),
+                libroute_status::Ok
+            );
+        }
+        for id in [1, 2] {
+            assert_eq!(libroute_router_add_worker(a, w(id)), libroute_status::Ok);
+        }
+        assert_eq!(
+            libroute_router_apply_kv_events(a, &raw const event, 1),
+            libroute_status::Ok
+        );
+        assert_eq!(route(a, 9), (2, 64, 0));
+
+        // Asked with no room: the size, and nothing else.
+        let mut size = 0;
+        let rc = libroute_router_snapshot(a, ptr::null_mut(), 0, &raw mut size);
+        assert_eq!(rc, libroute_status::BufferTooSmall);
+        assert!(size > 0);
+        assert_eq!(
+            last_error(),
+            format!("the snapshot takes {size} bytes; out_capacity is 0")
+        );
+        let mut bytes = vec![0u8; size + 3];
+        let mut written = 0;
+        let rc = libroute_router_snapshot(a, bytes.as_mut_ptr(), bytes.len(), &raw mut written);
+        assert_eq!((rc, written), (libroute_status::Ok, size));
+        bytes.truncate(size);
+
+        // A cut snapshot names where it ends and changes nothing.
+        let before = counters(b);
+        let rc = libroute_router_restore(b, bytes.as_ptr(), size - 1);
+        assert_eq!(rc, libroute_status::InvalidArgument);
+        assert!(
+            last_error().starts_with("snapshot byte "),
+            "{}",
+            last_error()
+        );
+        assert_eq!(counters(b), before);
+
+        assert_eq!(
+            libroute_router_restore(b, bytes.as_ptr(), size),
+            libroute_status::Ok
+        );
+        assert_eq!(counters(b), counters(a));
+        // The same next route on both (request 9's blocks are booked on worker 2 in both), and
+        // the request booked before the snapshot frees on the restored router.
+        assert_eq!(route(b, 10), route(a, 10));
+        assert_eq!(libroute_router_free_request(b, 9), libroute_status::Ok);
+        assert_eq!(libroute_router_free_request(b, 10), libroute_status::Ok);
+
+        // Another worker width: named, nothing changed.
+        let config256 = libroute_router_config {
+            max_workers: 256,
+            ..config
+        };
+        assert_eq!(
+            libroute_router_new(&raw const config256, &raw mut wide),
+            libroute_status::Ok
+        );
+        let rc = libroute_router_restore(wide, bytes.as_ptr(), size);
+        assert_eq!(rc, libroute_status::InvalidArgument);
+        assert!(
+            last_error().starts_with("snapshot byte "),
+            "{}",
+            last_error()
+        );
+        assert_eq!(counters(wide).ledger_workers, 0);
+
+        // A router reading engines' batches neither writes nor reads one.
+        assert_eq!(
+            libroute_router_read_kv_batches(b, 2, 64),
+            libroute_status::Ok
+        );
+        let rc = libroute_router_snapshot(b, bytes.as_mut_ptr(), size, &raw mut written);
+        assert_eq!(rc, libroute_status::InvalidArgument);
+        assert!(
+            last_error().contains("engines' KV batches"),
+            "{}",
+            last_error()
+        );
+        let rc = libroute_router_restore(b, bytes.as_ptr(), size);
+        assert_eq!(rc, libroute_status::InvalidArgument);
+        assert_eq!(
+            libroute_router_snapshot(a, ptr::null_mut(), 0, ptr::null_mut()),
+            libroute_status::NullArgument
+        );
+
+        for r in [a, b, wide] {
+            libroute_router_free(r);
+        }
+        libroute_selector_free(selector);
+        libroute_policy_free(policy);
+    }
+}
+
+#[test]
 fn engine_kv_batches_and_block_hashes() {
     let config = libroute_router_config {
         block_slots: 64,

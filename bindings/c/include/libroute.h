@@ -1453,6 +1453,44 @@ libroute_status libroute_router_get_counters(struct libroute_router *router,
                                              struct libroute_router_counters *out);
 
 /**
+ * Writes the router's snapshot to `out` and its size in bytes to `*written`: its index (blocks,
+ * the least recently stored first, and the workers holding each, per tier) and its ledger
+ * (bookings, loads, recent request ids, speeds), in libroute's versioned little-endian format
+ * (`libroute_core::snapshot`); not approximate mode's predictions. A router given the bytes
+ * with `libroute_router_restore` holds the same state, so a restarted host resumes where the
+ * snapshot was taken. `BUFFER_TOO_SMALL` when `out_capacity` is below the size (`*written`
+ * says how many bytes are needed; `out` may then be NULL); `INVALID_ARGUMENT` when the router
+ * reads engines' KV batches (`libroute_router_read_kv_batches`): their map from engine to router
+ * block hashes is not in a snapshot.
+ *
+ * # Safety
+ *
+ * `router` must be a live handle not used concurrently; `out` must point to `out_capacity`
+ * writable bytes (or be NULL with `out_capacity` 0); `written` valid for a write.
+ */
+libroute_status libroute_router_snapshot(struct libroute_router *router,
+                                         uint8_t *out,
+                                         size_t out_capacity,
+                                         size_t *written);
+
+/**
+ * Replaces the router's index and ledger with those in the snapshot `bytes[0..len]`
+ * (`libroute_router_snapshot` of a router with the same `max_workers`), built in new tables of
+ * this router's sizes; approximate mode's predictions are forgotten. Workers added since the
+ * snapshot are not kept: add them again. A truncated or damaged snapshot, one of another format
+ * version or `max_workers`, or one holding more than this router's tables do, is
+ * `INVALID_ARGUMENT` with a detail naming the byte offset, and changes nothing; so is a router
+ * that reads engines' KV batches.
+ *
+ * # Safety
+ *
+ * `router` must be a live handle not used concurrently; `bytes` must point to `len` bytes.
+ */
+libroute_status libroute_router_restore(struct libroute_router *router,
+                                        const uint8_t *bytes,
+                                        size_t len);
+
+/**
  * Turns on `libroute_router_apply_kv_batch`: engines' stored blocks must have `block_size`
  * tokens (the size requests are hashed with, `libroute_block_hashes`), and the map from engine
  * block hashes to the router's holds `engine_hash_slots / 2` blocks (a power of two of at least

@@ -108,6 +108,61 @@ static void test_events_route_book_free(void) {
   libroute_router_free(router);
 }
 
+/* A router saved to a snapshot and restored into another: the same state, the same next route,
+ * the bookings made before the snapshot freed by the copy; a cut snapshot changes nothing. */
+static void test_snapshot_restore(void) {
+  libroute_router_config cfg = config(0);
+  libroute_router *a = NULL, *b = NULL;
+  libroute_policy *policy = NULL;
+  libroute_selector *selector = NULL;
+  uint64_t prompt[4] = {201, 202, 203, 204};
+  libroute_kv_event event;
+  libroute_row rows[2];
+  libroute_request req = request(64);
+  libroute_selection sa, sb;
+  uint8_t bytes[65536];
+  size_t size = 0, written = 0;
+  uint64_t w;
+  EXPECT_STATUS(libroute_router_new(&cfg, &a), LIBROUTE_STATUS_OK);
+  EXPECT_STATUS(libroute_router_new(&cfg, &b), LIBROUTE_STATUS_OK);
+  libroute_policy_new_default(&policy);
+  libroute_selector_new(16, 1, &selector);
+  for (w = 1; w <= 2; w++) EXPECT_STATUS(libroute_router_add_worker(a, worker(w)), LIBROUTE_STATUS_OK);
+  memset(&event, 0, sizeof event);
+  event.kind = LIBROUTE_KV_KIND_STORED;
+  event.worker = worker(2);
+  event.hashes = prompt;
+  event.hashes_len = 4;
+  EXPECT_STATUS(libroute_router_apply_kv_events(a, &event, 1), LIBROUTE_STATUS_OK);
+  memset(rows, 0, sizeof rows);
+  rows[0].worker = worker(1);
+  rows[1].worker = worker(2);
+  EXPECT_STATUS(libroute_router_route(a, policy, selector, &req, prompt, 4, rows, 2, 31, 0, &sa), LIBROUTE_STATUS_OK);
+
+  EXPECT_STATUS(libroute_router_snapshot(a, NULL, 0, &size), LIBROUTE_STATUS_BUFFER_TOO_SMALL);
+  CHECK(size > 0 && size <= sizeof bytes, "the size is given when there is no room");
+  EXPECT_STATUS(libroute_router_snapshot(a, bytes, sizeof bytes, &written), LIBROUTE_STATUS_OK);
+  CHECK(written == size, "the snapshot is as large as announced");
+
+  EXPECT_STATUS(libroute_router_restore(b, bytes, size - 1), LIBROUTE_STATUS_INVALID_ARGUMENT);
+  CHECK(counters(b).ledger_workers == 0, "a cut snapshot changes nothing");
+  EXPECT_STATUS(libroute_router_restore(b, bytes, size), LIBROUTE_STATUS_OK);
+  CHECK(counters(b).blocks == counters(a).blocks && counters(b).active_requests == 1 &&
+            counters(b).ledger_workers == 2,
+        "the copy holds the blocks, the booking and the workers");
+  EXPECT_STATUS(libroute_router_route(a, policy, selector, &req, prompt, 4, rows, 2, 32, 0, &sa), LIBROUTE_STATUS_OK);
+  EXPECT_STATUS(libroute_router_route(b, policy, selector, &req, prompt, 4, rows, 2, 32, 0, &sb), LIBROUTE_STATUS_OK);
+  CHECK(sa.worker.worker_id == sb.worker.worker_id && sa.cached_tokens == sb.cached_tokens,
+        "the copy routes the next request as the original");
+  EXPECT_STATUS(libroute_router_free_request(b, 31), LIBROUTE_STATUS_OK);
+  EXPECT_STATUS(libroute_router_snapshot(a, bytes, sizeof bytes, NULL), LIBROUTE_STATUS_NULL_ARGUMENT);
+
+  libroute_selector_free(selector);
+  libroute_policy_free(policy);
+  libroute_router_free(a);
+  libroute_router_free(b);
+}
+
 static void test_replica_events(void) {
   libroute_router_config cfg = config(0);
   libroute_router *router = NULL;
@@ -345,6 +400,7 @@ int main(void) {
   test_events_route_book_free();
   test_engine_kv_batches();
   test_replica_events();
+  test_snapshot_restore();
   test_approximate_mode();
   test_timed_routing_calibrates_ttft();
   test_bad_input();

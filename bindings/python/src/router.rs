@@ -4,6 +4,7 @@
 use std::sync::Arc;
 
 use pyo3::prelude::*;
+use pyo3::types::PyBytes;
 use route::libroute_row;
 use route_uniffi as u;
 
@@ -422,6 +423,23 @@ impl Router {
             unknown_removals: s.unknown_removals,
             clears: s.clears,
         })
+    }
+
+    /// The router's state, its index and ledger (not approximate mode's predictions), as bytes
+    /// in libroute's versioned snapshot format: a router of the same `max_workers` given them
+    /// with `restore` holds the same state. A router that reads engines' KV batches has none
+    /// (`RouteError.InvalidArgument`).
+    fn snapshot<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyBytes>> {
+        let bytes = self.inner.snapshot().map_err(to_py)?;
+        Ok(PyBytes::new(py, &bytes))
+    }
+
+    /// Replaces the router's index and ledger with those of a `snapshot` (of a router with the
+    /// same `max_workers`); approximate mode's predictions are forgotten, and workers added since
+    /// must be added again. A truncated or damaged snapshot raises `RouteError.InvalidArgument`
+    /// naming the byte offset, and changes nothing.
+    fn restore(&self, snapshot: &[u8]) -> PyResult<()> {
+        self.inner.restore(snapshot).map_err(to_py)
     }
 
     /// Applies booking events from other replicas; repeats and late arrivals are counted, not

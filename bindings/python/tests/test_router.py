@@ -57,6 +57,31 @@ def test_replica_events_are_idempotent():
     assert counters.duplicate_ledger_events == 1
 
 
+def test_a_restored_router_routes_and_frees_as_the_original():
+    original, copy = libroute.Router(config(tombstones=8)), libroute.Router(config(tombstones=8))
+    original.add_worker(A)
+    original.add_worker(B)
+    original.apply_kv_events(
+        [libroute.KvEvent.STORED(worker=B, tier=libroute.Tier.DEVICE, hashes=[11, 12, 13])]
+    )
+    policy, selector = libroute.Policy("{}"), libroute.Selector(16, 1)
+    original.route(policy, selector, request(), [11, 12, 13, 14], candidates(), 7, 0)
+    snapshot = original.snapshot()
+    assert isinstance(snapshot, bytes) and len(snapshot) > 0
+    with pytest.raises(libroute.RouteError.InvalidArgument, match=r"snapshot byte \d+"):
+        copy.restore(snapshot[:-1])
+    assert copy.counters().ledger_workers == 0, "a cut snapshot changes nothing"
+    copy.restore(snapshot)
+    assert copy.counters() == original.counters()
+    a = original.route(policy, selector, request(), [11, 12, 13, 14], candidates(), 8, 0)
+    b = copy.route(policy, selector, request(), [11, 12, 13, 14], candidates(), 8, 0)
+    assert (a.selection.worker, a.rows) == (b.selection.worker, b.rows)
+    copy.free_request(7)  # booked before the snapshot
+    copy.read_kv_batches(16, 64)
+    with pytest.raises(libroute.RouteError.InvalidArgument, match="engines' KV batches"):
+        copy.snapshot()
+
+
 def test_bad_router_config_names_the_field():
     with pytest.raises(libroute.RouteError.InvalidArgument, match="block_slots"):
         libroute.Router(libroute.RouterConfig(block_slots=100, request_slots=64))

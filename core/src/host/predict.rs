@@ -122,6 +122,27 @@ where
         self.len == 0
     }
 
+    /// Forgets every record without clearing anything in an index: for when the index they were
+    /// made in was replaced (restored from a snapshot, which holds no predictions). The count of
+    /// forced expiries is kept.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use libroute_core::*;
+    /// let mut index = PrefixIndex::<_, _, 1>::new(vec![BlockSlot::<1>::empty(); 64], vec![WorkerSlot::empty(); 128]).unwrap();
+    /// let mut predictions = Predictions::new(vec![PredictionSlot::empty(); 64], vec![PredictionRecord::default(); 32], 1_000).unwrap();
+    /// predictions.record(&mut index, WorkerKey::new(1, 0), &[7, 8], 0).unwrap();
+    /// assert_eq!(predictions.len(), 2);
+    /// predictions.forget_all();
+    /// assert!(predictions.is_empty());
+    /// ```
+    pub fn forget_all(&mut self) {
+        self.map.clear();
+        self.head = 0;
+        self.len = 0;
+    }
+
     /// Records that expired early because the ring or map was full.
     #[must_use]
     pub const fn forced_expiries(&self) -> u64 {

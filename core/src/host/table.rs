@@ -217,6 +217,12 @@ impl<K: TableKey, V: Copy + Default, S: AsRef<[Slot<K, V>]> + AsMut<[Slot<K, V>]
         self.slots.as_ref()[i].used
     }
 
+    /// Empties the table.
+    pub(crate) fn clear(&mut self) {
+        self.slots.as_mut().fill(Slot::empty());
+        self.len = 0;
+    }
+
     /// The number of slots.
     pub(crate) fn slot_count(&self) -> usize {
         self.slots.as_ref().len()

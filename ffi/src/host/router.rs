@@ -5,7 +5,7 @@
 use libroute_core::{
     BlockSlot, EngineSlot, KvEvent, KvIngest, Ledger, LedgerEvent, LoadSlot, Place,
     PredictionRecord, PredictionSlot, Predictions, PrefixIndex, RequestSlot, RouteError,
-    Router as GenericRouter, Row, WorkerKey, WorkerSlot,
+    Router as GenericRouter, Row, SnapshotError, SnapshotReader, WorkerKey, WorkerSlot,
 };
 
 use crate::host::policy::Kind;
@@ -70,8 +70,10 @@ pub enum Clock {
     Ms(f64),
 }
 
-/// The host's state behind a `libroute_router`: all memory is allocated by [`Router::new`];
-/// nothing allocates afterwards. One caller at a time (`&mut self`).
+/// The host's state behind a `libroute_router`: all memory is allocated by [`Router::new`]
+/// (and by [`Router::read_kv_batches`], for its map, and [`Router::restore`], which builds new
+/// tables before it drops the old); routing and events never allocate. One caller at a time
+/// (`&mut self`).
 #[allow(
     clippy::struct_field_names,
     reason = "`router` is the core's router, the one field every call goes through"
@@ -139,6 +141,35 @@ fn build<const W: usize>(c: &libroute_router_config) -> Result<CoreRouter<W>, Fa
         c.host_weight,
         c.disk_weight,
     ))
+}
+
+/// Why a router that reads engines' KV batches neither writes nor reads snapshots.
+const READS_ENGINES: &str = "the router reads engines' KV batches (libroute_router_read_kv_batches), \
+     whose map from engine to router block hashes is not in a snapshot";
+
+/// `router` with the index and ledger of the snapshot in `bytes`, in tables of its sizes.
+fn restore_into<const W: usize>(router: &mut CoreRouter<W>, bytes: &[u8]) -> Result<(), Failure> {
+    let damaged = |e: SnapshotError| Failure::new(libroute_status::InvalidArgument, e);
+    let (blocks, workers) = router.index.slot_counts();
+    let (requests, loads, tombstones) = router.ledger.slot_counts();
+    let mut reader = SnapshotReader::new(bytes);
+    let index = PrefixIndex::from_snapshot(
+        vec![BlockSlot::<W>::empty(); blocks].into_boxed_slice(),
+        vec![WorkerSlot::empty(); workers].into_boxed_slice(),
+        &mut reader,
+    )
+    .map_err(damaged)?;
+    let ledger = Ledger::from_snapshot(
+        vec![RequestSlot::empty(); requests].into_boxed_slice(),
+        vec![LoadSlot::empty(); loads].into_boxed_slice(),
+        vec![0u64; tombstones].into_boxed_slice(),
+        &mut reader,
+    )
+    .map_err(damaged)?;
+    reader.finish().map_err(damaged)?;
+    let (host, disk) = router.cache_weights();
+    *router = GenericRouter::new(index, ledger, host, disk);
+    Ok(())
 }
 
 fn key(w: libroute_worker) -> WorkerKey {
@@ -376,6 +407,93 @@ impl Router {
             Err(RouteError::Ledger(e)) => Err(Failure::ledger(e)),
             Err(e) => Err(Failure::new(libroute_status::InvalidArgument, e)),
         }
+    }
+
+    /// Writes the router's snapshot (its index and ledger, as `libroute_core::Router::
+    /// write_snapshot` writes them) into `out` and returns its size in bytes.
+    ///
+    /// # Errors
+    ///
+    /// `(size, BUFFER_TOO_SMALL)` when `out` holds fewer than `size` bytes (nothing written);
+    /// `INVALID_ARGUMENT` when the router reads engines' KV batches: their map from engine to
+    /// router block hashes is not in a snapshot, and a router restored without it would drop the
+    /// blocks engines store on top of the ones it holds.
+    pub fn snapshot(&self, out: &mut [u8]) -> Result<usize, (usize, Failure)> {
+        self.snapshots_allowed().map_err(|failure| (0, failure))?;
+        let mut size = 0;
+        self.write_snapshot(&mut |bytes| size += bytes.len());
+        if out.len() < size {
+            return Err((
+                size,
+                Failure::new(
+                    libroute_status::BufferTooSmall,
+                    format_args!(
+                        "the snapshot takes {size} bytes; out_capacity is {}",
+                        out.len()
+                    ),
+                ),
+            ));
+        }
+        let mut at = 0;
+        self.write_snapshot(&mut |bytes| {
+            out[at..at + bytes.len()].copy_from_slice(bytes);
+            at += bytes.len();
+        });
+        Ok(size)
+    }
+
+    /// [`Router::snapshot`] into a vector of its size.
+    ///
+    /// # Errors
+    ///
+    /// `INVALID_ARGUMENT` when the router reads engines' KV batches.
+    pub fn snapshot_to_vec(&self) -> Result<Vec<u8>, Failure> {
+        self.snapshots_allowed()?;
+        let mut bytes = Vec::new();
+        self.write_snapshot(&mut |b| bytes.extend_from_slice(b));
+        Ok(bytes)
+    }
+
+    /// Refuses snapshots when the router reads engines' KV batches (see [`Router::snapshot`]).
+    fn snapshots_allowed(&self) -> Result<(), Failure> {
+        match self.ingest {
+            Some(_) => Err(Failure::fixed(
+                libroute_status::InvalidArgument,
+                READS_ENGINES,
+            )),
+            None => Ok(()),
+        }
+    }
+
+    fn write_snapshot(&self, out: &mut impl FnMut(&[u8])) {
+        match &self.router {
+            AnyRouter::W1(x) => x.write_snapshot(out),
+            AnyRouter::W4(x) => x.write_snapshot(out),
+            AnyRouter::W16(x) => x.write_snapshot(out),
+        }
+    }
+
+    /// Replaces the router's index and ledger with those of the snapshot in `bytes` (one this
+    /// router's `max_workers` wrote), built in new tables of this router's sizes; approximate
+    /// mode's predictions are forgotten (a snapshot holds none). On error nothing changes.
+    ///
+    /// # Errors
+    ///
+    /// `INVALID_ARGUMENT` naming the byte offset and what is wrong there (a truncated or damaged
+    /// snapshot, another format version, another `max_workers`, more blocks, requests or workers
+    /// than this router's tables hold), or when the router reads engines' KV batches (see
+    /// [`Router::snapshot`]).
+    pub fn restore(&mut self, bytes: &[u8]) -> Result<(), Failure> {
+        self.snapshots_allowed()?;
+        match &mut self.router {
+            AnyRouter::W1(x) => restore_into(x, bytes)?,
+            AnyRouter::W4(x) => restore_into(x, bytes)?,
+            AnyRouter::W16(x) => restore_into(x, bytes)?,
+        }
+        if let Some(predictions) = &mut self.predictions {
+            predictions.forget_all();
+        }
+        Ok(())
     }
 
     /// What the router has done, for hosts to export.

@@ -421,6 +421,32 @@ impl Router {
         })
     }
 
+    /// The router's state, its index and ledger (not approximate mode's predictions), in
+    /// libroute's versioned snapshot format: a router of the same `max_workers` given it with
+    /// [`Router::restore`] holds the same state, so a restarted host resumes where the snapshot
+    /// was taken.
+    ///
+    /// # Errors
+    ///
+    /// `InvalidArgument` when the router reads engines' KV batches ([`Router::read_kv_batches`]):
+    /// their map from engine to router block hashes is not in a snapshot.
+    pub fn snapshot(&self) -> Result<Vec<u8>, RouteError> {
+        self.with(|r| Ok(r.snapshot_to_vec()?))
+    }
+
+    /// Replaces the router's index and ledger with those of a [`Router::snapshot`] (of a router
+    /// with the same `max_workers`), in tables of this router's sizes; approximate mode's
+    /// predictions are forgotten, and workers added since the snapshot must be added again.
+    ///
+    /// # Errors
+    ///
+    /// `InvalidArgument` naming the byte offset for a truncated or damaged snapshot, one of
+    /// another format version or `max_workers`, or one holding more than this router's tables
+    /// do (nothing changes); also when the router reads engines' KV batches.
+    pub fn restore(&self, snapshot: &[u8]) -> Result<(), RouteError> {
+        self.with(|r| Ok(r.restore(snapshot)?))
+    }
+
     /// Applies replica events (idempotent: repeats and late events are absorbed and counted).
     ///
     /// # Errors

@@ -1089,6 +1089,19 @@ public protocol RouterProtocol: AnyObject, Sendable {
     func removeWorker(worker: Worker) throws 
     
     /**
+     * Replaces the router's index and ledger with those of a [`Router::snapshot`] (of a router
+     * with the same `max_workers`), in tables of this router's sizes; approximate mode's
+     * predictions are forgotten, and workers added since the snapshot must be added again.
+     *
+     * # Errors
+     *
+     * `InvalidArgument` naming the byte offset for a truncated or damaged snapshot, one of
+     * another format version or `max_workers`, or one holding more than this router's tables
+     * do (nothing changes); also when the router reads engines' KV batches.
+     */
+    func restore(snapshot: Data) throws 
+    
+    /**
      * Routes one request: fills the candidates' cache and load (any given are replaced) from the
      * index and ledger for
      * `hashes` (the request's chained block hashes), selects with `policy`, and books `id` on
@@ -1113,6 +1126,19 @@ public protocol RouterProtocol: AnyObject, Sendable {
      * As [`Router::route`], and `InvalidArgument` for a time that is NaN, infinite or negative.
      */
     func routeAt(policy: Policy, selector: Selector, request: Request, hashes: [UInt64], candidates: [Row], id: UInt64, nowMs: Double) throws  -> Routed
+    
+    /**
+     * The router's state, its index and ledger (not approximate mode's predictions), in
+     * libroute's versioned snapshot format: a router of the same `max_workers` given it with
+     * [`Router::restore`] holds the same state, so a restarted host resumes where the snapshot
+     * was taken.
+     *
+     * # Errors
+     *
+     * `InvalidArgument` when the router reads engines' KV batches ([`Router::read_kv_batches`]):
+     * their map from engine to router block hashes is not in a snapshot.
+     */
+    func snapshot() throws  -> Data
     
 }
 /**
@@ -1414,6 +1440,28 @@ open func removeWorker(worker: Worker)throws   {try rustCallWithError(FfiConvert
 }
     
     /**
+     * Replaces the router's index and ledger with those of a [`Router::snapshot`] (of a router
+     * with the same `max_workers`), in tables of this router's sizes; approximate mode's
+     * predictions are forgotten, and workers added since the snapshot must be added again.
+     *
+     * # Errors
+     *
+     * `InvalidArgument` naming the byte offset for a truncated or damaged snapshot, one of
+     * another format version or `max_workers`, or one holding more than this router's tables
+     * do (nothing changes); also when the router reads engines' KV batches.
+     */
+open func restore(snapshot: Data)throws   {try rustCallWithError(FfiConverterTypeRouteError_lift) {
+        uniffiCallStatus in
+        FfiConverterByRefBytes.lower(snapshot) { snapshotFb in
+    uniffi_route_uniffi_fn_method_router_restore(
+            self.uniffiCloneHandle(),
+        snapshotFb,uniffiCallStatus
+    )
+        }
+}
+}
+    
+    /**
      * Routes one request: fills the candidates' cache and load (any given are replaced) from the
      * index and ledger for
      * `hashes` (the request's chained block hashes), selects with `policy`, and books `id` on
@@ -1463,6 +1511,26 @@ open func routeAt(policy: Policy, selector: Selector, request: Request, hashes: 
         FfiConverterSequenceTypeRow.lower(candidates),
         FfiConverterUInt64.lower(id),
         FfiConverterDouble.lower(nowMs),uniffiCallStatus
+    )
+})
+}
+    
+    /**
+     * The router's state, its index and ledger (not approximate mode's predictions), in
+     * libroute's versioned snapshot format: a router of the same `max_workers` given it with
+     * [`Router::restore`] holds the same state, so a restarted host resumes where the snapshot
+     * was taken.
+     *
+     * # Errors
+     *
+     * `InvalidArgument` when the router reads engines' KV batches ([`Router::read_kv_batches`]):
+     * their map from engine to router block hashes is not in a snapshot.
+     */
+open func snapshot()throws  -> Data  {
+    return try  FfiConverterData.lift(try rustCallWithError(FfiConverterTypeRouteError_lift) {
+        uniffiCallStatus in
+    uniffi_route_uniffi_fn_method_router_snapshot(
+            self.uniffiCloneHandle(),uniffiCallStatus
     )
 })
 }
@@ -5256,10 +5324,16 @@ private let initializationResult: InitializationResult = {
     if (uniffi_route_uniffi_checksum_method_router_remove_worker() != 58342) {
         return InitializationResult.apiChecksumMismatch
     }
+    if (uniffi_route_uniffi_checksum_method_router_restore() != 62682) {
+        return InitializationResult.apiChecksumMismatch
+    }
     if (uniffi_route_uniffi_checksum_method_router_route() != 17126) {
         return InitializationResult.apiChecksumMismatch
     }
     if (uniffi_route_uniffi_checksum_method_router_route_at() != 53257) {
+        return InitializationResult.apiChecksumMismatch
+    }
+    if (uniffi_route_uniffi_checksum_method_router_snapshot() != 50682) {
         return InitializationResult.apiChecksumMismatch
     }
     if (uniffi_route_uniffi_checksum_method_selector_last_costs() != 14683) {

@@ -373,6 +373,11 @@ void uniffi_route_uniffi_fn_method_router_release(uint64_t ptr, RustCallStatus *
 void uniffi_route_uniffi_fn_method_router_remove_worker(uint64_t ptr, RustBuffer worker, RustCallStatus *_Nonnull out_status
 );
 #endif
+#ifndef UNIFFI_FFIDEF_UNIFFI_ROUTE_UNIFFI_FN_METHOD_ROUTER_RESTORE
+#define UNIFFI_FFIDEF_UNIFFI_ROUTE_UNIFFI_FN_METHOD_ROUTER_RESTORE
+void uniffi_route_uniffi_fn_method_router_restore(uint64_t ptr, ForeignBytes snapshot, RustCallStatus *_Nonnull out_status
+);
+#endif
 #ifndef UNIFFI_FFIDEF_UNIFFI_ROUTE_UNIFFI_FN_METHOD_ROUTER_ROUTE
 #define UNIFFI_FFIDEF_UNIFFI_ROUTE_UNIFFI_FN_METHOD_ROUTER_ROUTE
 RustBuffer uniffi_route_uniffi_fn_method_router_route(uint64_t ptr, uint64_t policy, uint64_t selector, RustBuffer request, RustBuffer hashes, RustBuffer candidates, uint64_t id, uint64_t now, RustCallStatus *_Nonnull out_status
@@ -381,6 +386,11 @@ RustBuffer uniffi_route_uniffi_fn_method_router_route(uint64_t ptr, uint64_t pol
 #ifndef UNIFFI_FFIDEF_UNIFFI_ROUTE_UNIFFI_FN_METHOD_ROUTER_ROUTE_AT
 #define UNIFFI_FFIDEF_UNIFFI_ROUTE_UNIFFI_FN_METHOD_ROUTER_ROUTE_AT
 RustBuffer uniffi_route_uniffi_fn_method_router_route_at(uint64_t ptr, uint64_t policy, uint64_t selector, RustBuffer request, RustBuffer hashes, RustBuffer candidates, uint64_t id, double now_ms, RustCallStatus *_Nonnull out_status
+);
+#endif
+#ifndef UNIFFI_FFIDEF_UNIFFI_ROUTE_UNIFFI_FN_METHOD_ROUTER_SNAPSHOT
+#define UNIFFI_FFIDEF_UNIFFI_ROUTE_UNIFFI_FN_METHOD_ROUTER_SNAPSHOT
+RustBuffer uniffi_route_uniffi_fn_method_router_snapshot(uint64_t ptr, RustCallStatus *_Nonnull out_status
 );
 #endif
 #ifndef UNIFFI_FFIDEF_UNIFFI_ROUTE_UNIFFI_FN_CLONE_SELECTOR
@@ -825,6 +835,12 @@ uint16_t uniffi_route_uniffi_checksum_method_router_remove_worker(void
     
 );
 #endif
+#ifndef UNIFFI_FFIDEF_UNIFFI_ROUTE_UNIFFI_CHECKSUM_METHOD_ROUTER_RESTORE
+#define UNIFFI_FFIDEF_UNIFFI_ROUTE_UNIFFI_CHECKSUM_METHOD_ROUTER_RESTORE
+uint16_t uniffi_route_uniffi_checksum_method_router_restore(void
+    
+);
+#endif
 #ifndef UNIFFI_FFIDEF_UNIFFI_ROUTE_UNIFFI_CHECKSUM_METHOD_ROUTER_ROUTE
 #define UNIFFI_FFIDEF_UNIFFI_ROUTE_UNIFFI_CHECKSUM_METHOD_ROUTER_ROUTE
 uint16_t uniffi_route_uniffi_checksum_method_router_route(void
@@ -834,6 +850,12 @@ uint16_t uniffi_route_uniffi_checksum_method_router_route(void
 #ifndef UNIFFI_FFIDEF_UNIFFI_ROUTE_UNIFFI_CHECKSUM_METHOD_ROUTER_ROUTE_AT
 #define UNIFFI_FFIDEF_UNIFFI_ROUTE_UNIFFI_CHECKSUM_METHOD_ROUTER_ROUTE_AT
 uint16_t uniffi_route_uniffi_checksum_method_router_route_at(void
+    
+);
+#endif
+#ifndef UNIFFI_FFIDEF_UNIFFI_ROUTE_UNIFFI_CHECKSUM_METHOD_ROUTER_SNAPSHOT
+#define UNIFFI_FFIDEF_UNIFFI_ROUTE_UNIFFI_CHECKSUM_METHOD_ROUTER_SNAPSHOT
+uint16_t uniffi_route_uniffi_checksum_method_router_snapshot(void
     
 );
 #endif

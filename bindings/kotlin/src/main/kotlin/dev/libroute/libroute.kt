@@ -716,9 +716,13 @@ internal object IntegrityCheckingUniffiLib {
     ): Int
     external fun uniffi_route_uniffi_checksum_method_router_remove_worker(
     ): Int
+    external fun uniffi_route_uniffi_checksum_method_router_restore(
+    ): Int
     external fun uniffi_route_uniffi_checksum_method_router_route(
     ): Int
     external fun uniffi_route_uniffi_checksum_method_router_route_at(
+    ): Int
+    external fun uniffi_route_uniffi_checksum_method_router_snapshot(
     ): Int
     external fun uniffi_route_uniffi_checksum_method_selector_last_costs(
     ): Int
@@ -812,9 +816,13 @@ internal object UniffiLib {
     ): Unit
     external fun uniffi_route_uniffi_fn_method_router_remove_worker(`ptr`: Long,`worker`: RustBuffer.ByValue,uniffi_out_err: UniffiRustCallStatus, 
     ): Unit
+    external fun uniffi_route_uniffi_fn_method_router_restore(`ptr`: Long,`snapshot`: ForeignBytes.ByValue,uniffi_out_err: UniffiRustCallStatus, 
+    ): Unit
     external fun uniffi_route_uniffi_fn_method_router_route(`ptr`: Long,`policy`: Long,`selector`: Long,`request`: RustBuffer.ByValue,`hashes`: RustBuffer.ByValue,`candidates`: RustBuffer.ByValue,`id`: Long,`now`: Long,uniffi_out_err: UniffiRustCallStatus, 
     ): RustBuffer.ByValue
     external fun uniffi_route_uniffi_fn_method_router_route_at(`ptr`: Long,`policy`: Long,`selector`: Long,`request`: RustBuffer.ByValue,`hashes`: RustBuffer.ByValue,`candidates`: RustBuffer.ByValue,`id`: Long,`nowMs`: Double,uniffi_out_err: UniffiRustCallStatus, 
+    ): RustBuffer.ByValue
+    external fun uniffi_route_uniffi_fn_method_router_snapshot(`ptr`: Long,uniffi_out_err: UniffiRustCallStatus, 
     ): RustBuffer.ByValue
     external fun uniffi_route_uniffi_fn_clone_selector(`handle`: Long,uniffi_out_err: UniffiRustCallStatus, 
     ): Long
@@ -1019,10 +1027,16 @@ private fun uniffiCheckApiChecksums(lib: IntegrityCheckingUniffiLib) {
     if ((lib.uniffi_route_uniffi_checksum_method_router_remove_worker() and 0xFFFF) != 58342) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
+    if ((lib.uniffi_route_uniffi_checksum_method_router_restore() and 0xFFFF) != 62682) {
+        throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
+    }
     if ((lib.uniffi_route_uniffi_checksum_method_router_route() and 0xFFFF) != 17126) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
     if ((lib.uniffi_route_uniffi_checksum_method_router_route_at() and 0xFFFF) != 53257) {
+        throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
+    }
+    if ((lib.uniffi_route_uniffi_checksum_method_router_snapshot() and 0xFFFF) != 50682) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
     if ((lib.uniffi_route_uniffi_checksum_method_selector_last_costs() and 0xFFFF) != 14683) {
@@ -2267,6 +2281,19 @@ public interface RouterInterface {
     fun `removeWorker`(`worker`: Worker)
     
     /**
+     * Replaces the router's index and ledger with those of a [`Router::snapshot`] (of a router
+     * with the same `max_workers`), in tables of this router's sizes; approximate mode's
+     * predictions are forgotten, and workers added since the snapshot must be added again.
+     *
+     * # Errors
+     *
+     * `InvalidArgument` naming the byte offset for a truncated or damaged snapshot, one of
+     * another format version or `max_workers`, or one holding more than this router's tables
+     * do (nothing changes); also when the router reads engines' KV batches.
+     */
+    fun `restore`(`snapshot`: java.nio.ByteBuffer)
+    
+    /**
      * Routes one request: fills the candidates' cache and load (any given are replaced) from the
      * index and ledger for
      * `hashes` (the request's chained block hashes), selects with `policy`, and books `id` on
@@ -2291,6 +2318,19 @@ public interface RouterInterface {
      * As [`Router::route`], and `InvalidArgument` for a time that is NaN, infinite or negative.
      */
     fun `routeAt`(`policy`: Policy, `selector`: Selector, `request`: Request, `hashes`: List<kotlin.ULong>, `candidates`: List<Row>, `id`: kotlin.ULong, `nowMs`: kotlin.Double): Routed
+    
+    /**
+     * The router's state, its index and ledger (not approximate mode's predictions), in
+     * libroute's versioned snapshot format: a router of the same `max_workers` given it with
+     * [`Router::restore`] holds the same state, so a restarted host resumes where the snapshot
+     * was taken.
+     *
+     * # Errors
+     *
+     * `InvalidArgument` when the router reads engines' KV batches ([`Router::read_kv_batches`]):
+     * their map from engine to router block hashes is not in a snapshot.
+     */
+    fun `snapshot`(): kotlin.ByteArray
     
     companion object
 }
@@ -2721,6 +2761,31 @@ open class Router: Disposable, AutoCloseable, RouterInterface
 
     
     /**
+     * Replaces the router's index and ledger with those of a [`Router::snapshot`] (of a router
+     * with the same `max_workers`), in tables of this router's sizes; approximate mode's
+     * predictions are forgotten, and workers added since the snapshot must be added again.
+     *
+     * # Errors
+     *
+     * `InvalidArgument` naming the byte offset for a truncated or damaged snapshot, one of
+     * another format version or `max_workers`, or one holding more than this router's tables
+     * do (nothing changes); also when the router reads engines' KV batches.
+     */
+    @Throws(RouteException::class)override fun `restore`(`snapshot`: java.nio.ByteBuffer)
+        = 
+    callWithHandle {
+    uniffiRustCallWithError(RouteException) { _status ->
+    UniffiLib.uniffi_route_uniffi_fn_method_router_restore(
+        it,
+        
+        FfiConverterByRefBytes.lower(`snapshot`),_status)
+}
+    }
+    
+    
+
+    
+    /**
      * Routes one request: fills the candidates' cache and load (any given are replaced) from the
      * index and ledger for
      * `hashes` (the request's chained block hashes), selects with `policy`, and books `id` on
@@ -2777,6 +2842,31 @@ open class Router: Disposable, AutoCloseable, RouterInterface
         FfiConverterSequenceTypeRow.lower(`candidates`),
         FfiConverterULong.lower(`id`),
         FfiConverterDouble.lower(`nowMs`),_status)
+}
+    }
+    )
+    }
+    
+
+    
+    /**
+     * The router's state, its index and ledger (not approximate mode's predictions), in
+     * libroute's versioned snapshot format: a router of the same `max_workers` given it with
+     * [`Router::restore`] holds the same state, so a restarted host resumes where the snapshot
+     * was taken.
+     *
+     * # Errors
+     *
+     * `InvalidArgument` when the router reads engines' KV batches ([`Router::read_kv_batches`]):
+     * their map from engine to router block hashes is not in a snapshot.
+     */
+    @Throws(RouteException::class)override fun `snapshot`(): kotlin.ByteArray {
+            return FfiConverterByteArray.lift(
+    callWithHandle {
+    uniffiRustCallWithError(RouteException) { _status ->
+    UniffiLib.uniffi_route_uniffi_fn_method_router_snapshot(
+        it,
+        _status)
 }
     }
     )

@@ -35,6 +35,33 @@ class RouterTest {
         assertThrows<RouteException.UnknownRequest> { router.freeRequest(7uL) }
     }
 
+    private fun direct(bytes: ByteArray): java.nio.ByteBuffer =
+        java.nio.ByteBuffer.allocateDirect(bytes.size).put(bytes).flip()
+
+    @Test
+    fun aRestoredRouterRoutesAndFreesAsTheOriginal() {
+        val original = Router(RouterConfig(blockSlots = 64uL, requestSlots = 64uL, tombstones = 8uL))
+        val copy = Router(RouterConfig(blockSlots = 64uL, requestSlots = 64uL, tombstones = 8uL))
+        original.addWorker(a)
+        original.addWorker(b)
+        original.applyKvEvents(listOf(KvEvent.Stored(b, Tier.DEVICE, listOf(11uL, 12uL, 13uL))))
+        val policy = Policy("{}")
+        val selector = Selector(16u, 1uL)
+        val hashes = listOf(11uL, 12uL, 13uL, 14uL)
+        original.route(policy, selector, request, hashes, candidates, 7uL, 0uL)
+        val snapshot = original.snapshot()
+        val e = assertThrows<RouteException.InvalidArgument> { copy.restore(direct(snapshot.copyOf(snapshot.size - 1))) }
+        assert(e.detail.startsWith("snapshot byte ")) { e.detail }
+        assertEquals(0uL, copy.counters().ledgerWorkers)
+        copy.restore(direct(snapshot))
+        assertEquals(original.counters(), copy.counters())
+        val x = original.route(policy, selector, request, hashes, candidates, 8uL, 0uL)
+        val y = copy.route(policy, selector, request, hashes, candidates, 8uL, 0uL)
+        assertEquals(x.selection.worker, y.selection.worker)
+        assertEquals(x.rows, y.rows)
+        copy.freeRequest(7uL) // booked before the snapshot
+    }
+
     /** vLLM's payload: [ts, [["BlockStored", [11, 12], nil, tokens 1..32, 16, nil, "GPU"]]]. */
     private fun storedPayload(): java.nio.ByteBuffer {
         val head = intArrayOf(0x92, 0xcb, 0x3f, 0xf0, 0, 0, 0, 0, 0, 0, 0x91, 0x97, 0xab)
