@@ -1,13 +1,14 @@
 //! One selection of the default policy at 8 to 4,096 candidates (one rank each, 2,048-token
 //! prompt, no tier maps: the approximate-mode estimate), at T = 0 and T = 0.7, seeded and
 //! unseeded; and at T = 0 on a mixed fleet (`mixed_fleet`: 10% overloaded, 10% without a load
-//! projection, 10% without a cache entry, two preferred taints). `cargo xtask bench` runs it;
+//! projection, 10% without a cache entry, two preferred taints) and on a fleet with a few odd
+//! workers (`few_odd_fleet`: one row in 128). `cargo xtask bench` runs it;
 //! medians are recorded in `benches/RESULTS.md`.
 
 use std::hint::black_box;
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
-use libroute_benches::{MIXED_PREFERRED, bench_fleet, mixed_fleet};
+use libroute_benches::{MIXED_PREFERRED, bench_fleet, few_odd_fleet, mixed_fleet};
 use libroute_core::{DefaultKnobs, Request, Row, Selector};
 
 const SIZES: [u64; 5] = [8, 64, 256, 1024, 4096];
@@ -18,12 +19,14 @@ fn select(c: &mut Criterion) {
     let mut selector = Box::new(Selector::<4096>::new());
     let uniform: fn(u64) -> Vec<Row> = bench_fleet;
     let mixed: fn(u64) -> Vec<Row> = mixed_fleet;
+    let few_odd: fn(u64) -> Vec<Row> = few_odd_fleet;
     for (temperature, seed, name, request, fleet) in [
         (0.0, None, "T0", &plain, uniform),
         (0.0, Some(42), "T0-seeded", &plain, uniform),
         (0.7, None, "T0.7", &plain, uniform),
         (0.7, Some(42), "T0.7-seeded", &plain, uniform),
         (0.0, None, "T0-mixed", &preferred, mixed),
+        (0.0, None, "T0-few-odd", &preferred, few_odd),
     ] {
         let policy = DefaultKnobs {
             temperature,

@@ -59,6 +59,35 @@ pub fn mixed_fleet(n: u64) -> Vec<Row> {
         .collect()
 }
 
+/// The benchmark fleet with a few odd workers, as most real fleets have at any moment: one row
+/// in 128 (8 at 1,024) is overloaded, without a load projection yet or without a cache entry,
+/// in turn, and taints 0 and 1 are spread as in [`mixed_fleet`]; the first and last rows are
+/// ordinary.
+#[must_use]
+pub fn few_odd_fleet(n: u64) -> Vec<Row> {
+    bench_fleet(n)
+        .into_iter()
+        .enumerate()
+        .map(|(i, row)| {
+            let row = row.with_taints(TaintSet(i as u64 % 4));
+            if i % 128 != 77 {
+                return row;
+            }
+            match i / 128 % 3 {
+                0 => row.overloaded(true),
+                1 => Row {
+                    flags: RowFlags(row.flags.0 & !RowFlags::HAS_LOAD.0),
+                    ..row
+                },
+                _ => Row {
+                    flags: RowFlags(row.flags.0 & !RowFlags::HAS_CACHE.0),
+                    ..row
+                },
+            }
+        })
+        .collect()
+}
+
 /// The two preferred taints of a [`mixed_fleet`] request: 0 favoured, 1 avoided.
 pub const MIXED_PREFERRED: [PreferredTaint; 2] = [
     PreferredTaint {

@@ -306,3 +306,143 @@ fn fused_and_general_selections_can_alternate_on_one_selector() {
         (0..8).collect::<Vec<_>>()
     );
 }
+
+/// What one odd row of [`few_odd_fleet`] is.
+const ODD_KINDS: u8 = 11;
+
+/// Fleets of 16 to 400 rows that are uniform but for up to 40 odd rows anywhere (the first
+/// among them): overloaded, without a load projection (one hiding a counter of 2^52 or more in
+/// it), without a cache entry, with the other flag combination, an invalid estimate, an unknown
+/// flag, a speed (valid or not), or without the taint a request may require. The one-pass step
+/// takes the few odd rows of a tidy fleet apart from the rest, and declines to the per-row loop
+/// when there are many.
+fn few_odd_fleet() -> impl Strategy<Value = Vec<Row>> {
+    (
+        16usize..400,
+        proptest::collection::vec((0usize..400, 0u8..ODD_KINDS), 0..40),
+        (any::<bool>(), any::<bool>()),
+        any::<u64>(),
+        any::<bool>(),
+    )
+        .prop_map(|(n, odd, (cached, loaded), seed, sorted)| {
+            let mut state = seed | 1;
+            let mut next = move |m: u64| {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                state % m
+            };
+            let mut rows: Vec<Row> = (0..n as u64)
+                .map(|i| {
+                    let mut row = Row::new(WorkerKey::new(i / 2, (i % 2) as u32))
+                        .with_taints(TaintSet(1 | next(8) << 1));
+                    if cached {
+                        let half = next(200);
+                        row = row.with_cache(Cache {
+                            device_blocks: u32::try_from(next(64)).unwrap(),
+                            effective_blocks: half as f64 * 0.5,
+                            effective_tokens: half * 8,
+                            ..Cache::default()
+                        });
+                    }
+                    if loaded {
+                        row = row.with_load(Load {
+                            available: true,
+                            active_prefill_tokens: next(5000),
+                            active_decode_blocks: next(500),
+                            active_requests: next(40),
+                        });
+                    }
+                    row
+                })
+                .collect();
+            for (at, kind) in odd {
+                let Some(row) = rows.get_mut(at) else {
+                    continue;
+                };
+                let speed = |base_ms| Speed {
+                    base_ms,
+                    ms_per_prefill_token: 0.01,
+                    ms_per_active_request: 1.0,
+                };
+                *row = match kind {
+                    0 => row.overloaded(true),
+                    1 => Row {
+                        flags: RowFlags(row.flags.0 & !RowFlags::HAS_LOAD.0),
+                        ..*row
+                    },
+                    2 => Row {
+                        flags: RowFlags(row.flags.0 & !RowFlags::HAS_LOAD.0),
+                        active_decode_blocks: 1 << 53,
+                        ..*row
+                    },
+                    3 => Row {
+                        flags: RowFlags(row.flags.0 & !RowFlags::HAS_CACHE.0),
+                        ..*row
+                    },
+                    4 => Row {
+                        flags: RowFlags(row.flags.0 ^ RowFlags::HAS_CACHE.0 ^ RowFlags::HAS_LOAD.0),
+                        ..*row
+                    },
+                    5 => row.with_cache(Cache {
+                        effective_blocks: f64::NAN,
+                        ..Cache::default()
+                    }),
+                    6 => Row {
+                        flags: RowFlags(row.flags.0 | 64),
+                        ..*row
+                    },
+                    7 => row.with_speed(speed(5.0)),
+                    8 => row.with_speed(speed(f64::NAN)),
+                    _ => row.with_taints(TaintSet(row.taints.0 & !1)),
+                };
+            }
+            if !sorted {
+                rows.reverse();
+            }
+            rows
+        })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 1500, ..ProptestConfig::default() })]
+
+    #[test]
+    fn a_fleet_with_a_few_odd_rows_selects_exactly_as_the_general_pipeline(
+        rows in few_odd_fleet(), cost in knobs(),
+        role in prop::sample::select(Role::ALL.to_vec()),
+        track in any::<bool>(), tiers in any::<bool>(),
+        required in prop::sample::select(vec![0u64, 0, 0, 1]),
+        preferred in any::<bool>(),
+        temperature in prop::sample::select(vec![0.0, 0.0, 0.7]),
+        seed in proptest::option::of(any::<u64>()), entropy in any::<u64>(),
+    ) {
+        let taints = [
+            PreferredTaint { taint: Taint::new(1).unwrap(), weight: 0.5 },
+            PreferredTaint { taint: Taint::new(2).unwrap(), weight: -0.25 },
+        ];
+        let mut request = Request::new(2048, 16)
+            .role(role)
+            .track_prefill_tokens(track)
+            .has_tier_matches(tiers)
+            .required_taints(TaintSet(required));
+        if preferred {
+            request = request.preferred_taints(&taints);
+        }
+        let picker = DefaultPicker { temperature };
+        let fused = Policy::new((), (cost,), picker).unwrap().with_seed(seed);
+        let general = Policy::new((), (General(cost),), picker).unwrap().with_seed(seed);
+        let mut a = Box::new(Selector::<512>::with_entropy(entropy));
+        let mut b = Box::new(Selector::<512>::with_entropy(entropy));
+        for _ in 0..2 {
+            let x = fused.select(&mut a, &request, &rows);
+            let x = outcome(x, &a);
+            let y = general.select(&mut b, &request, &rows);
+            let y = outcome(y, &b);
+            prop_assert_eq!(&x, &y);
+            if let Ok((selection, _, _)) = &x {
+                prop_assert_eq!(selection.cost.to_bits(), y.as_ref().unwrap().0.cost.to_bits());
+            }
+        }
+    }
+}

@@ -461,7 +461,7 @@ impl<F: Filters, S: Scorers, P: Picker> Policy<F, S, P> {
                 return Err(nothing_admitted(0, marked.eligible));
             }
             if left_out > 0 {
-                compact_left_out(order, |_, _| {});
+                compact_left_out(order, &mut []);
             }
             m
         } else if let Some(m) = self.admit_in_passes(&filter_view, request, rows, scratch)? {
@@ -656,7 +656,7 @@ impl<F: Filters, S: Scorers, P: Picker> Policy<F, S, P> {
             return Ok(None);
         }
         let (order, rejected, overloaded) = admission.finish();
-        let m = compact_left_out(order, |_, _| {});
+        let m = compact_left_out(order, &mut []);
         if m == 0 {
             return Err(nothing_admitted(rejected, overloaded));
         }
@@ -830,17 +830,40 @@ pub(crate) fn mark_unfiltered(
 pub(crate) const LEFT_OUT: u32 = 1 << 31;
 
 /// Moves the unmarked entries of `order` to its front, in order, and returns how many there
-/// are; `moved(from, to)` is called for each, so a caller moves what it keeps beside `order`
-/// (costs) the same way. One pass without a data-dependent branch: every entry is written to
-/// the next free position, which advances only when the entry is kept.
+/// are; `beside` (empty, or as long as `order`: the costs kept beside it) moves the same way.
+/// Blocks of [`COMPACT_BLOCK`] entries without a mark move whole (and not at all before the
+/// first mark); a block with marks moves entry by entry without a data-dependent branch: every
+/// entry is written to the next free position, which advances only when the entry is kept.
 #[inline]
-pub(crate) fn compact_left_out(order: &mut [u32], mut moved: impl FnMut(usize, usize)) -> usize {
-    let mut kept = 0;
-    for i in 0..order.len() {
-        let entry = order[i];
-        order[kept] = entry & !LEFT_OUT;
-        moved(i, kept);
-        kept += 1 - (entry >> 31) as usize;
+pub(crate) fn compact_left_out(order: &mut [u32], beside: &mut [f64]) -> usize {
+    let carry = !beside.is_empty();
+    debug_assert!(!carry || beside.len() == order.len());
+    let n = order.len();
+    let (mut kept, mut start) = (0, 0);
+    while start < n {
+        let end = n.min(start + COMPACT_BLOCK);
+        if order[start..end].iter().fold(0, |marks, &e| marks | e) & LEFT_OUT == 0 {
+            if kept != start {
+                order.copy_within(start..end, kept);
+                if carry {
+                    beside.copy_within(start..end, kept);
+                }
+            }
+            kept += end - start;
+        } else {
+            for i in start..end {
+                let entry = order[i];
+                order[kept] = entry & !LEFT_OUT;
+                if carry {
+                    beside[kept] = beside[i];
+                }
+                kept += 1 - (entry >> 31) as usize;
+            }
+        }
+        start = end;
     }
     kept
 }
+
+/// Entries per block of [`compact_left_out`].
+const COMPACT_BLOCK: usize = 16;

@@ -131,7 +131,7 @@ fn one_pass(
     if marked.left_out == 0 {
         return Some(n);
     }
-    Some(compact_left_out(order, |from, to| costs[to] = costs[from]))
+    Some(compact_left_out(order, costs))
 }
 
 /// The largest and smallest load among the candidates.

@@ -232,9 +232,9 @@ impl Mode {
     /// The block size is not a power of two: divide by it (a multiplication by the reciprocal
     /// is exact only for powers of two).
     const DIVIDE: u16 = 1 << 7;
-    /// Every row has the same flags, without `OVERLOADED`, and the request requires no taint:
-    /// every row is a candidate and the presence masks are the same for all (one-pass steps
-    /// only, which check it as they go).
+    /// The request requires no taint and the first row is not overloaded: every row with the
+    /// first row's flags is a candidate with the first row's presence masks, and the loop takes
+    /// the few others again (one-pass steps only; see [`admit_and_cost_with`]).
     const UNIFORM: u16 = 1 << 8;
 }
 
@@ -536,6 +536,20 @@ fn admit_and_cost<const M: u16>(
 }
 
 /// [`admit_and_cost`] with the multipliers of `multipliers`.
+///
+/// With [`Mode::UNIFORM`] the loop reads every row through the first row's masks and admits it,
+/// and notes whether any row's flags differ from the first row's (odd rows: overloaded, without
+/// a load projection or a cache entry, unknown flags). When some do, a second step finds them,
+/// a block of [`ODD_BLOCK`] rows' flags at a time, and computes each again through its own
+/// masks, with its admission. A fleet's few odd rows so cost a few rows' work and a read of the
+/// flags, not a second pass; with more than one row in [`ODD_SHARE`] odd it declines, for the
+/// per-row masks' loop to take the whole fleet. Without [`Mode::UNIFORM`] every row takes its
+/// own masks.
+///
+/// An odd row's fields read through the first row's masks in the first step may add to the
+/// check of counters below 2^52 what its own masks hide (a group it does not carry holding a
+/// counter of 2^52 or more): the step then declines and the general pipeline takes the fleet,
+/// with the same result.
 #[allow(clippy::inline_always, reason = "one loop per mode")]
 #[inline(always)]
 fn admit_and_cost_with<const M: u16>(
@@ -551,14 +565,10 @@ fn admit_and_cost_with<const M: u16>(
     if rows.len() > LEFT_OUT as usize {
         return None;
     }
-    let (mut invalid, mut odd, mut high, mut left_out) =
-        (first.has_unknown_flags(), 0, 0u64, 0usize);
-    // In a uniform fleet every row has a speed if the first has (else `odd` shows it).
-    let mut speeds = if uniform {
-        first.flags.0 & RowFlags::HAS_SPEED.0
-    } else {
-        0
-    };
+    let fleet_flags = first.flags.0;
+    // `flags` collects the rows' flags, for the unknown-flag and speed checks after the loop.
+    let (mut invalid, mut flags, mut high, mut odd, mut left_out) =
+        (false, 0u32, 0u64, 0u32, 0usize);
     let fleet_masks = ctx.masks(first);
     let (order, costs) = (&mut order[..rows.len()], &mut costs[..rows.len()]);
     for (i, ((row, cost), slot)) in rows
@@ -567,38 +577,89 @@ fn admit_and_cost_with<const M: u16>(
         .zip(order.iter_mut())
         .enumerate()
     {
-        invalid |= row.has_invalid_estimate();
         #[allow(clippy::cast_possible_truncation, reason = "rows.len() <= 2^31")]
         let index = i as u32;
         if uniform {
-            // Unknown flags, an overload mark and any other difference all show here.
-            odd |= row.flags.0 ^ first.flags.0;
+            odd |= row.flags.0 ^ fleet_flags;
+            invalid |= row.has_invalid_estimate();
             *cost = row_cost::<M>(ctx, multipliers, row, fleet_masks, &mut high);
             *slot = index;
         } else {
-            invalid |= row.has_unknown_flags();
-            speeds |= row.flags.0 & RowFlags::HAS_SPEED.0;
+            invalid |= row.has_invalid_estimate();
+            flags |= row.flags.0;
             *cost = row_cost::<M>(ctx, multipliers, row, ctx.masks(row), &mut high);
             let excluded = !row.is_candidate(required);
             *slot = index | (u32::from(excluded) * LEFT_OUT);
             left_out += usize::from(excluded);
         }
     }
+    if uniform {
+        flags |= fleet_flags;
+        if odd != 0 {
+            let (mut odd_rows, most) = (0, rows.len() / ODD_SHARE);
+            for (b, block) in rows.chunks(ODD_BLOCK).enumerate() {
+                if block
+                    .iter()
+                    .fold(0, |odd, row| odd | (row.flags.0 ^ fleet_flags))
+                    == 0
+                {
+                    continue;
+                }
+                for (j, row) in block.iter().enumerate() {
+                    if row.flags.0 == fleet_flags {
+                        continue;
+                    }
+                    odd_rows += 1;
+                    if odd_rows > most {
+                        return None;
+                    }
+                    let i = b * ODD_BLOCK + j;
+                    flags |= row.flags.0;
+                    costs[i] = row_cost::<M>(ctx, multipliers, row, ctx.masks(row), &mut high);
+                    let excluded = !row.is_candidate(required);
+                    order[i] |= u32::from(excluded) * LEFT_OUT;
+                    left_out += usize::from(excluded);
+                }
+            }
+        }
+    }
     if invalid
-        || odd != 0
+        || flags & !RowFlags::ALL.0 != 0
         || high >= EXACT_LIMIT
         || left_out == rows.len()
-        || (speeds != 0 && rows.iter().any(Row::has_invalid_speed))
+        || (flags & RowFlags::HAS_SPEED.0 != 0 && rows.iter().any(Row::has_invalid_speed))
     {
         return None;
     }
     if left_out == 0 {
         return Some(rows.len());
     }
-    Some(compact_left_out(&mut order[..rows.len()], |from, to| {
-        costs[to] = costs[from];
-    }))
+    Some(compact_left_out(order, costs))
 }
+
+/// [`Mode::UNIFORM`]'s loop takes a fleet with at most one row in this many odd.
+const ODD_SHARE: usize = 16;
+
+/// Rows per block of the odd rows' search after [`Mode::UNIFORM`]'s loop.
+const ODD_BLOCK: usize = 16;
+
+/// Whether [`TIDY_SAMPLE`] rows spread over `rows` (the last among them) all have the first
+/// row's flags.
+fn sample_is_tidy(rows: &[Row]) -> bool {
+    let Some(first) = rows.first() else {
+        return false;
+    };
+    // Odd, so rows of a period of 2 or 10 (every other worker, one in ten) are not all missed.
+    let stride = (rows.len() / TIDY_SAMPLE).max(1) | 1;
+    rows.iter()
+        .step_by(stride)
+        .all(|row| row.flags == first.flags)
+        && rows.last().is_some_and(|row| row.flags == first.flags)
+}
+
+/// Rows [`sample_is_tidy`] looks at: a fleet with one row in [`ODD_SHARE`] odd has some of
+/// them among 16 with probability `1 - (15/16)^16`, about 64%, and the more it has the likelier.
+const TIDY_SAMPLE: usize = 16;
 
 /// `x as f64`, through the one-instruction signed conversion when the value allows it (the
 /// result is identical: both round to nearest).
@@ -684,11 +745,12 @@ impl Scorer for DefaultCost {
         }
         let requests = self.decode_active_request_weight != 0.0;
         let mode = ctx.mode(true, requests);
-        // A fleet whose first and last rows have the same flags, without an overload mark, is
-        // tried as uniform (the loop checks every row); one that is not after all runs the
-        // per-row masks' loop.
-        let (first, last) = (rows.first()?, rows.last()?);
-        if required == TaintSet::EMPTY && first.flags == last.flags && !first.is_overloaded() {
+        // A fleet is tried as uniform when its first row is not overloaded, the request requires
+        // no taint and a sample of its rows have the first row's flags (a fleet with many odd
+        // rows shows some there); the uniform loop declines more than a few odd rows after all,
+        // and the per-row masks' loop then takes the fleet.
+        let first = rows.first()?;
+        if required == TaintSet::EMPTY && !first.is_overloaded() && sample_is_tidy(rows) {
             let taken = dispatch!(
                 mode | Mode::UNIFORM,
                 admit_and_cost(&ctx, required, rows, order, costs),
