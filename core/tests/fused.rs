@@ -310,8 +310,8 @@ fn fused_and_general_selections_can_alternate_on_one_selector() {
 /// What one odd row of [`few_odd_fleet`] is.
 const ODD_KINDS: u8 = 11;
 
-/// Fleets of 16 to 400 rows that are uniform but for up to 40 odd rows anywhere (the first
-/// among them): overloaded, without a load projection (one hiding a counter of 2^52 or more in
+/// Fleets of 16 to 400 rows that are uniform but for up to 40 odd rows (often fewer than 4)
+/// anywhere (often the first): overloaded, without a load projection (one hiding a counter of 2^52 or more in
 /// it), without a cache entry, with the other flag combination, an invalid estimate, an unknown
 /// flag, a speed (valid or not), or without the taint a request may require. The one-pass step
 /// takes the few odd rows of a tidy fleet apart from the rest, and declines to the per-row loop
@@ -319,89 +319,100 @@ const ODD_KINDS: u8 = 11;
 fn few_odd_fleet() -> impl Strategy<Value = Vec<Row>> {
     (
         16usize..400,
-        proptest::collection::vec((0usize..400, 0u8..ODD_KINDS), 0..40),
+        prop_oneof![
+            proptest::collection::vec((0usize..400, 0u8..ODD_KINDS), 0..4),
+            proptest::collection::vec((0usize..400, 0u8..ODD_KINDS), 0..40),
+        ],
+        (proptest::bool::weighted(0.3), 0u8..ODD_KINDS),
         (any::<bool>(), any::<bool>()),
         any::<u64>(),
         any::<bool>(),
     )
-        .prop_map(|(n, odd, (cached, loaded), seed, sorted)| {
-            let mut state = seed | 1;
-            let mut next = move |m: u64| {
-                state ^= state << 13;
-                state ^= state >> 7;
-                state ^= state << 17;
-                state % m
-            };
-            let mut rows: Vec<Row> = (0..n as u64)
-                .map(|i| {
-                    let mut row = Row::new(WorkerKey::new(i / 2, (i % 2) as u32))
-                        .with_taints(TaintSet(1 | next(8) << 1));
-                    if cached {
-                        let half = next(200);
-                        row = row.with_cache(Cache {
-                            device_blocks: u32::try_from(next(64)).unwrap(),
-                            effective_blocks: half as f64 * 0.5,
-                            effective_tokens: half * 8,
+        .prop_map(
+            |(n, mut odd, (odd_first, first_kind), (cached, loaded), seed, sorted)| {
+                if odd_first {
+                    odd.push((0, first_kind));
+                }
+                let mut state = seed | 1;
+                let mut next = move |m: u64| {
+                    state ^= state << 13;
+                    state ^= state >> 7;
+                    state ^= state << 17;
+                    state % m
+                };
+                let mut rows: Vec<Row> = (0..n as u64)
+                    .map(|i| {
+                        let mut row = Row::new(WorkerKey::new(i / 2, (i % 2) as u32))
+                            .with_taints(TaintSet(1 | next(8) << 1));
+                        if cached {
+                            let half = next(200);
+                            row = row.with_cache(Cache {
+                                device_blocks: u32::try_from(next(64)).unwrap(),
+                                effective_blocks: half as f64 * 0.5,
+                                effective_tokens: half * 8,
+                                ..Cache::default()
+                            });
+                        }
+                        if loaded {
+                            row = row.with_load(Load {
+                                available: true,
+                                active_prefill_tokens: next(5000),
+                                active_decode_blocks: next(500),
+                                active_requests: next(40),
+                            });
+                        }
+                        row
+                    })
+                    .collect();
+                for (at, kind) in odd {
+                    let Some(row) = rows.get_mut(at) else {
+                        continue;
+                    };
+                    let speed = |base_ms| Speed {
+                        base_ms,
+                        ms_per_prefill_token: 0.01,
+                        ms_per_active_request: 1.0,
+                    };
+                    *row = match kind {
+                        0 => row.overloaded(true),
+                        1 => Row {
+                            flags: RowFlags(row.flags.0 & !RowFlags::HAS_LOAD.0),
+                            ..*row
+                        },
+                        2 => Row {
+                            flags: RowFlags(row.flags.0 & !RowFlags::HAS_LOAD.0),
+                            active_decode_blocks: 1 << 53,
+                            ..*row
+                        },
+                        3 => Row {
+                            flags: RowFlags(row.flags.0 & !RowFlags::HAS_CACHE.0),
+                            ..*row
+                        },
+                        4 => Row {
+                            flags: RowFlags(
+                                row.flags.0 ^ RowFlags::HAS_CACHE.0 ^ RowFlags::HAS_LOAD.0,
+                            ),
+                            ..*row
+                        },
+                        5 => row.with_cache(Cache {
+                            effective_blocks: f64::NAN,
                             ..Cache::default()
-                        });
-                    }
-                    if loaded {
-                        row = row.with_load(Load {
-                            available: true,
-                            active_prefill_tokens: next(5000),
-                            active_decode_blocks: next(500),
-                            active_requests: next(40),
-                        });
-                    }
-                    row
-                })
-                .collect();
-            for (at, kind) in odd {
-                let Some(row) = rows.get_mut(at) else {
-                    continue;
-                };
-                let speed = |base_ms| Speed {
-                    base_ms,
-                    ms_per_prefill_token: 0.01,
-                    ms_per_active_request: 1.0,
-                };
-                *row = match kind {
-                    0 => row.overloaded(true),
-                    1 => Row {
-                        flags: RowFlags(row.flags.0 & !RowFlags::HAS_LOAD.0),
-                        ..*row
-                    },
-                    2 => Row {
-                        flags: RowFlags(row.flags.0 & !RowFlags::HAS_LOAD.0),
-                        active_decode_blocks: 1 << 53,
-                        ..*row
-                    },
-                    3 => Row {
-                        flags: RowFlags(row.flags.0 & !RowFlags::HAS_CACHE.0),
-                        ..*row
-                    },
-                    4 => Row {
-                        flags: RowFlags(row.flags.0 ^ RowFlags::HAS_CACHE.0 ^ RowFlags::HAS_LOAD.0),
-                        ..*row
-                    },
-                    5 => row.with_cache(Cache {
-                        effective_blocks: f64::NAN,
-                        ..Cache::default()
-                    }),
-                    6 => Row {
-                        flags: RowFlags(row.flags.0 | 64),
-                        ..*row
-                    },
-                    7 => row.with_speed(speed(5.0)),
-                    8 => row.with_speed(speed(f64::NAN)),
-                    _ => row.with_taints(TaintSet(row.taints.0 & !1)),
-                };
-            }
-            if !sorted {
-                rows.reverse();
-            }
-            rows
-        })
+                        }),
+                        6 => Row {
+                            flags: RowFlags(row.flags.0 | 64),
+                            ..*row
+                        },
+                        7 => row.with_speed(speed(5.0)),
+                        8 => row.with_speed(speed(f64::NAN)),
+                        _ => row.with_taints(TaintSet(row.taints.0 & !1)),
+                    };
+                }
+                if !sorted {
+                    rows.reverse();
+                }
+                rows
+            },
+        )
 }
 
 proptest! {

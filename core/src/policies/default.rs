@@ -522,6 +522,7 @@ fn cost_candidates<const M: u16>(
 fn admit_and_cost<const M: u16>(
     ctx: &RowContext<'_>,
     required: TaintSet,
+    reference: &Row,
     rows: &[Row],
     order: &mut [u32],
     costs: &mut [f64],
@@ -529,16 +530,20 @@ fn admit_and_cost<const M: u16>(
     let mut multipliers = Multipliers::new(ctx.preferred);
     match multipliers.eager {
         Some(mut eager) if M & Mode::EXTRAS != 0 => {
-            admit_and_cost_with::<M>(ctx, required, rows, order, costs, &mut eager)
+            admit_and_cost_with::<M>(ctx, required, reference, rows, order, costs, &mut eager)
         }
-        _ => admit_and_cost_with::<M>(ctx, required, rows, order, costs, &mut multipliers),
+        _ => {
+            let multipliers = &mut multipliers;
+            admit_and_cost_with::<M>(ctx, required, reference, rows, order, costs, multipliers)
+        }
     }
 }
 
 /// [`admit_and_cost`] with the multipliers of `multipliers`.
 ///
-/// With [`Mode::UNIFORM`] the loop reads every row through the first row's masks and admits it,
-/// and notes whether any row's flags differ from the first row's (odd rows: overloaded, without
+/// With [`Mode::UNIFORM`] the loop reads every row through the masks of `reference` (a row of the
+/// fleet, not overloaded, for a request that requires no taint) and admits it, and notes whether
+/// any row's flags differ from the reference's (odd rows: overloaded, without
 /// a load projection or a cache entry, unknown flags). When some do, a second step finds them,
 /// a block of [`ODD_BLOCK`] rows' flags at a time, and computes each again through its own
 /// masks, with its admission. A fleet's few odd rows so cost a few rows' work and a read of the
@@ -546,7 +551,7 @@ fn admit_and_cost<const M: u16>(
 /// per-row masks' loop to take the whole fleet. Without [`Mode::UNIFORM`] every row takes its
 /// own masks.
 ///
-/// An odd row's fields read through the first row's masks in the first step may add to the
+/// An odd row's fields read through the reference's masks in the first step may add to the
 /// check of counters below 2^52 what its own masks hide (a group it does not carry holding a
 /// counter of 2^52 or more): the step then declines and the general pipeline takes the fleet,
 /// with the same result.
@@ -555,21 +560,21 @@ fn admit_and_cost<const M: u16>(
 fn admit_and_cost_with<const M: u16>(
     ctx: &RowContext<'_>,
     required: TaintSet,
+    reference: &Row,
     rows: &[Row],
     order: &mut [u32],
     costs: &mut [f64],
     multipliers: &mut impl MultiplierOf,
 ) -> Option<usize> {
     let uniform = M & Mode::UNIFORM != 0;
-    let first = rows.first()?;
-    if rows.len() > LEFT_OUT as usize {
+    if rows.is_empty() || rows.len() > LEFT_OUT as usize {
         return None;
     }
-    let fleet_flags = first.flags.0;
+    let fleet_flags = reference.flags.0;
     // `flags` collects the rows' flags, for the unknown-flag and speed checks after the loop.
     let (mut invalid, mut flags, mut high, mut odd, mut left_out) =
         (false, 0u32, 0u64, 0u32, 0usize);
-    let fleet_masks = ctx.masks(first);
+    let fleet_masks = ctx.masks(reference);
     let (order, costs) = (&mut order[..rows.len()], &mut costs[..rows.len()]);
     for (i, ((row, cost), slot)) in rows
         .iter()
@@ -643,21 +648,22 @@ const ODD_SHARE: usize = 16;
 /// Rows per block of the odd rows' search after [`Mode::UNIFORM`]'s loop.
 const ODD_BLOCK: usize = 16;
 
-/// Whether [`TIDY_SAMPLE`] rows spread over `rows` (the last among them) all have the first
-/// row's flags.
-fn sample_is_tidy(rows: &[Row]) -> bool {
-    let Some(first) = rows.first() else {
-        return false;
-    };
+/// The row whose flags [`Mode::UNIFORM`]'s loop takes as the fleet's: among [`TIDY_SAMPLE`]
+/// rows spread over `rows` (the first and last among them), the first or second sampled row
+/// when all the others but at most one have its flags and it is not overloaded. `None` for a
+/// fleet that shows many odd rows there.
+fn tidy_reference(rows: &[Row]) -> Option<&Row> {
     // Odd, so rows of a period of 2 or 10 (every other worker, one in ten) are not all missed.
     let stride = (rows.len() / TIDY_SAMPLE).max(1) | 1;
-    rows.iter()
-        .step_by(stride)
-        .all(|row| row.flags == first.flags)
-        && rows.last().is_some_and(|row| row.flags == first.flags)
+    let sample = || rows.iter().step_by(stride).chain(rows.last());
+    let mut candidates = rows.iter().step_by(stride).take(2);
+    candidates.find(|reference| {
+        !reference.is_overloaded()
+            && sample().filter(|row| row.flags != reference.flags).count() <= 1
+    })
 }
 
-/// Rows [`sample_is_tidy`] looks at: a fleet with one row in [`ODD_SHARE`] odd has some of
+/// Rows [`tidy_reference`] looks at: a fleet with one row in [`ODD_SHARE`] odd has some of
 /// them among 16 with probability `1 - (15/16)^16`, about 64%, and the more it has the likelier.
 const TIDY_SAMPLE: usize = 16;
 
@@ -745,15 +751,15 @@ impl Scorer for DefaultCost {
         }
         let requests = self.decode_active_request_weight != 0.0;
         let mode = ctx.mode(true, requests);
-        // A fleet is tried as uniform when its first row is not overloaded, the request requires
-        // no taint and a sample of its rows have the first row's flags (a fleet with many odd
-        // rows shows some there); the uniform loop declines more than a few odd rows after all,
-        // and the per-row masks' loop then takes the fleet.
-        let first = rows.first()?;
-        if required == TaintSet::EMPTY && !first.is_overloaded() && sample_is_tidy(rows) {
+        // A fleet is tried as uniform when the request requires no taint and a sample of its
+        // rows shares one row's flags, without an overload mark, but for at most one (a fleet
+        // with many odd rows shows some there); the uniform loop declines more than a few odd
+        // rows after all, and the per-row masks' loop then takes the fleet.
+        let reference = tidy_reference(rows).filter(|_| required == TaintSet::EMPTY);
+        if let Some(reference) = reference {
             let taken = dispatch!(
                 mode | Mode::UNIFORM,
-                admit_and_cost(&ctx, required, rows, order, costs),
+                admit_and_cost(&ctx, required, reference, rows, order, costs),
                 [320 321 322 324 325 326 328 329 330 336 337 338 340 341 342 344 345 346
                  352 353 354 356 357 358 360 361 362 368 369 370 372 373 374 376 377 378],
                 None
@@ -764,7 +770,7 @@ impl Scorer for DefaultCost {
         }
         dispatch!(
             mode,
-            admit_and_cost(&ctx, required, rows, order, costs),
+            admit_and_cost(&ctx, required, rows.first()?, rows, order, costs),
             [64 65 66 68 69 70 72 73 74 80 81 82 84 85 86 88 89 90
              96 97 98 100 101 102 104 105 106 112 113 114 116 117 118 120 121 122],
             None
