@@ -14,10 +14,13 @@
 //! `vLLM`'s and `SGLang`'s schedulers every pass carries one token of each running sequence, and the
 //! pass's time grows with their context.
 //!
-//! for the whole fleet: every worker's observations feed it. Old observations fade (each weighs
-//! `1 - 1/window` of the one after it), so the fit follows a fleet whose speed changes with its
-//! load. The three parameters are kept at or above 0: a slope the data cannot support is dropped
-//! and the rest refitted without it.
+//! One fit serves the whole fleet: every worker's observations feed it. Old observations fade
+//! (each weighs `1 - 1/window` of the one after it), so the fit follows a fleet whose speed
+//! changes with its load. The three parameters are kept at or above 0: a slope the data cannot
+//! support is dropped and the rest refitted without it. The prefill slope is the exception: it is
+//! what makes queued work count as waiting, so when the observations cannot identify it (all of
+//! one size, as a fleet's first requests often are, or a time that falls as the work grows) the
+//! fit goes through the origin and the whole time is put on the tokens.
 //!
 //! A worker's own [`Speed`] is the fleet's times its **pace**: the sum of its observed times over
 //! the sum of what the fleet's fit predicted for them, pulled toward 1 as if [`PRIOR_WEIGHT`]
@@ -141,7 +144,14 @@ impl Fit {
             a = slope(cxt, cxx);
             b = 0.0;
         }
-        if a < 0.0 {
+        // The prefill slope is what turns queued work into waiting time, so it is never left
+        // out: when the data cannot support it (every observation of about the same size, as in
+        // a fleet's first requests, or a slope that falls with the work), the whole time is put
+        // on the tokens, a fit through the origin with the other slope dropped.
+        if !(cxx > IDENTIFIED * self.xx && a > 0.0) {
+            if self.xx > 0.0 && self.xt > 0.0 {
+                return speed_of(0.0, self.xt / self.xx, 0.0);
+            }
             a = 0.0;
             b = slope(cdt, cdd);
             if b < 0.0 {
@@ -149,13 +159,23 @@ impl Fit {
             }
         }
         let base = mt - a * mx - b * md;
-        let speed = Speed {
-            base_ms: if base > 0.0 { base } else { 0.0 },
-            ms_per_prefill_token: a,
-            ms_per_active_request: b,
-        };
-        speed.is_valid().then_some(speed)
+        speed_of(if base > 0.0 { base } else { 0.0 }, a, b)
     }
+}
+
+/// The share of the observations' mean square that their variance in prefill tokens must reach
+/// for [`Fit::speed`] to tell a fixed part from a per-token part (a spread of about 0.1% of the
+/// sizes: below it, the slope would be fitted to rounding and noise).
+const IDENTIFIED: f64 = 1e-6;
+
+/// The speed of these parts, when it is a valid one.
+fn speed_of(base_ms: f64, ms_per_prefill_token: f64, ms_per_active_request: f64) -> Option<Speed> {
+    let speed = Speed {
+        base_ms,
+        ms_per_prefill_token,
+        ms_per_active_request,
+    };
+    speed.is_valid().then_some(speed)
 }
 
 /// How a worker's observed first-token times compare with the fleet's prediction for them.
@@ -252,7 +272,7 @@ mod tests {
     }
 
     #[test]
-    fn parameters_stay_non_negative_and_constant_data_gives_a_base() {
+    fn parameters_stay_non_negative_and_constant_sizes_keep_the_prefill_slope() {
         let mut fit = Fit::default();
         for i in 0..50u64 {
             // Time falls with decode blocks: no physical reading, so that slope is dropped.
@@ -261,16 +281,34 @@ mod tests {
         let s = fit.speed().unwrap();
         assert!(s.is_valid());
         assert_eq!(s.ms_per_active_request, 0.0);
+        assert!(s.ms_per_prefill_token > 0.0, "{s:?}");
+        // Every observation of one size (a fleet's first requests often are): a fixed part and a
+        // per-token part cannot be told apart, and the time goes on the tokens, so that queued
+        // work still counts as waiting time.
         let mut flat = Fit::default();
         for _ in 0..10 {
             flat.observe(100, 5, 42.0, WINDOW);
         }
         let s = flat.speed().unwrap();
-        assert!((s.base_ms - 42.0).abs() < 1e-9, "{s:?}");
-        assert_eq!(
-            (s.ms_per_prefill_token, s.ms_per_active_request),
-            (0.0, 0.0)
-        );
+        assert_eq!(s.base_ms, 0.0, "{s:?}");
+        assert!((s.ms_per_prefill_token - 0.42).abs() < 1e-12, "{s:?}");
+        assert_eq!(s.ms_per_active_request, 0.0);
+        // Time that falls as the work grows has no physical reading either: through the origin.
+        let mut falling = Fit::default();
+        for i in 0..20u64 {
+            falling.observe(100 + 10 * i, 5, 100.0 - i as f64, WINDOW);
+        }
+        let s = falling.speed().unwrap();
+        assert_eq!((s.base_ms, s.ms_per_active_request), (0.0, 0.0), "{s:?}");
+        assert!(s.ms_per_prefill_token > 0.0, "{s:?}");
+        // No work at all: nothing to put the time on, so it stays a base.
+        let mut idle = Fit::default();
+        for _ in 0..10 {
+            idle.observe(0, 0, 7.0, WINDOW);
+        }
+        let s = idle.speed().unwrap();
+        assert!((s.base_ms - 7.0).abs() < 1e-12, "{s:?}");
+        assert_eq!(s.ms_per_prefill_token, 0.0, "{s:?}");
         assert_eq!(Fit::default().speed(), None);
     }
 
