@@ -246,12 +246,11 @@ pub fn worker_speed(fleet: &Fit, fleet_pace: &Pace, pace: &Pace) -> Option<Speed
     }
     let s = fleet.speed()?;
     let f = pace.factor(fleet_pace);
-    let speed = Speed {
-        base_ms: s.base_ms * f,
-        ms_per_prefill_token: s.ms_per_prefill_token * f,
-        ms_per_active_request: s.ms_per_active_request * f,
-    };
-    speed.is_valid().then_some(speed)
+    speed_of(
+        s.base_ms * f,
+        s.ms_per_prefill_token * f,
+        s.ms_per_active_request * f,
+    )
 }
 
 #[cfg(test)]
