@@ -19,6 +19,8 @@ import shlex
 import subprocess
 import sys
 
+from scorecard import ms
+
 CHOICES = [
     ("--workers", [4, 8, 16, 32]),
     ("--cache-blocks", [256, 1024, 2048, 8192]),
@@ -31,8 +33,9 @@ CHOICES = [
     ("--output-tokens", [50, 200, 800]),
 ]
 
-# Tokens per block of the engine simulator's KV cache (its `--block-size` default); the fleet
-# model's blocks are 512 tokens.
+# Tokens per block of the fleet model's cache (`cargo replay --block-tokens` default) and of the
+# engine simulator's KV cache (its `--block-size` default).
+FLEET_BLOCK = 512
 ENGINE_BLOCK = 64
 
 
@@ -45,10 +48,6 @@ def cases(n, seed):
             args += [flag, str(rng.choice(values))]
         out.append(args)
     return out
-
-
-def ms(x):
-    return f"{x / 1000:.1f} s" if x >= 10000 else f"{x:.0f}"
 
 
 def main():
@@ -70,13 +69,13 @@ def main():
           f"{opts['--requests']} requests each; replay options: {' '.join(extra) or '(none)'}\n")
     print("| workload | ttft mean | best builtin mean | ttft p90 | best builtin p90 | ttft mean / best |")
     print("| --- | ---: | --- | ---: | --- | ---: |")
-    best_mean = best_p90 = within = total = 0
+    best_mean = best_p90 = within = 0
     ratios = []
     for args in cases(int(opts["--cases"]), int(opts["--seed"])):
         if "aisimulate" in extra:
             # The engine counts its KV cache in its own blocks: the same tokens per worker.
             i = args.index("--cache-blocks")
-            args = args[:i] + ["--kv-blocks", str(int(args[i + 1]) * 512 // ENGINE_BLOCK)] + args[i + 2:]
+            args = args[:i] + ["--kv-blocks", str(int(args[i + 1]) * FLEET_BLOCK // ENGINE_BLOCK)] + args[i + 2:]
         cmd = shlex.split(replay) + ["--json", "--requests", opts["--requests"]] + args + extra
         done = subprocess.run(cmd, capture_output=True, text=True)
         if done.returncode != 0:
@@ -86,7 +85,6 @@ def main():
         mean = min(reports.values(), key=lambda r: r["ttft_mean_ms"])
         p90 = min(reports.values(), key=lambda r: r["ttft_p90_ms"])
         ratio = t["ttft_mean_ms"] / mean["ttft_mean_ms"]
-        total += 1
         best_mean += t["ttft_mean_ms"] <= mean["ttft_mean_ms"]
         best_p90 += t["ttft_p90_ms"] <= p90["ttft_p90_ms"]
         within += ratio <= 1.1
@@ -98,7 +96,7 @@ def main():
     geo = 1.0
     for r in ratios:
         geo *= r ** (1 / len(ratios))
-    print(f"\n`ttft` has the lowest TTFT mean in {best_mean} of {total} workloads and the lowest p90 "
+    print(f"\n`ttft` has the lowest TTFT mean in {best_mean} of {len(ratios)} workloads and the lowest p90 "
           f"in {best_p90}; its mean is within 10% of the best builtin's in {within}. Its mean over "
           f"the best builtin's: geometric mean {geo:.2f}, median {ratios[len(ratios) // 2]:.2f}, "
           f"worst {ratios[-1]:.2f}.")
