@@ -22,12 +22,22 @@
 //! one size, as a fleet's first requests often are, or a time that falls as the work grows) the
 //! fit goes through the origin and the whole time is put on the tokens.
 //!
-//! A worker's own [`Speed`] is the fleet's times its **pace**: the sum of its observed times over
-//! the sum of what the fleet's fit predicted for them, pulled toward 1 as if [`PRIOR_WEIGHT`]
-//! more observations had matched the prediction. A worker on a slower GPU drifts to its own
-//! pace; on a uniform fleet every pace stays near 1, so the noise of one worker's few
-//! observations does not reorder workers (a per-worker regression would: its intercept and
-//! slopes swing with every sample).
+//! A worker's own [`Speed`] is the fleet's times its **pace**, which moves only on evidence that
+//! the worker differs from the fleet by more than its own noise. Each worker keeps the weighted
+//! mean and variance of `ln(observed / predicted)` over its observations, and the fleet does over
+//! all of them. The worker's mean differs from the fleet's by `d`, known to a standard error `se`
+//! (its variance pooled with the fleet's as if [`PRIOR_WEIGHT`] observations had been the
+//! fleet's); the pace is `exp(d * (1 - (EVIDENCE * se / d)^2))` when `|d|` exceeds [`EVIDENCE`]
+//! standard errors and 1 otherwise, a positive-part James-Stein shrinkage toward the fleet.
+//!
+//! A slower GPU is slower on every request: its log ratios sit apart from the fleet's with little
+//! spread, and its pace follows within a few observations. On a uniform fleet a worker's times
+//! differ from the prediction through waits the fit does not see (a request held for KV room, a
+//! long decode in the same passes): large and irregular, so the spread they make keeps the pace
+//! at 1. A pace that read those waits as speed would steer traffic away from the workers whose
+//! requests happened to wait and toward the others, cache misses included; measured on random
+//! workloads, a pace of means (observed over predicted, as before this rule) lost to Dynamo's
+//! default by up to 70 times (`benches/RESULTS-quality.md`).
 //!
 //! Everything is a fixed number of `f64`s: no allocation, no clock (times are arguments).
 
@@ -39,8 +49,12 @@ pub const WINDOW: f64 = 64.0;
 /// The same for the fleet's fit, which sees every worker's observations.
 pub const FLEET_WINDOW: f64 = 512.0;
 
-/// How many observations at the fleet's prediction a worker's pace starts from.
+/// How many observations of the fleet's spread a worker's variance starts from.
 pub const PRIOR_WEIGHT: f64 = 8.0;
+
+/// How many standard errors a worker's mean log ratio must differ from the fleet's before its
+/// pace moves at all.
+pub const EVIDENCE: f64 = 2.0;
 
 /// Observations the fleet needs before any speed is reported.
 pub const MIN_OBSERVATIONS: u64 = 8;
@@ -178,61 +192,73 @@ fn speed_of(base_ms: f64, ms_per_prefill_token: f64, ms_per_active_request: f64)
     speed.is_valid().then_some(speed)
 }
 
-/// How a worker's observed first-token times compare with the fleet's prediction for them.
+/// How a worker's observed first-token times compare with the fleet's prediction for them: the
+/// weighted count, sum and sum of squares of `ln(observed / predicted)`.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub struct Pace {
-    /// Sum of weights.
+    /// Sum of weights (0: no observation yet).
     n: f64,
-    /// Weighted sum of observed times, ms.
-    observed: f64,
-    /// Weighted sum of the fleet's predictions for them, ms.
-    predicted: f64,
+    /// Weighted sum of the log ratios.
+    sum: f64,
+    /// Weighted sum of their squares.
+    squares: f64,
 }
 
 impl Pace {
     /// The three sums, for a snapshot.
     pub(crate) const fn parts(&self) -> [f64; 3] {
-        [self.n, self.observed, self.predicted]
+        [self.n, self.sum, self.squares]
     }
 
     /// A pace from [`Pace::parts`].
-    pub(crate) const fn from_parts([n, observed, predicted]: [f64; 3]) -> Self {
-        Self {
-            n,
-            observed,
-            predicted,
-        }
+    pub(crate) const fn from_parts([n, sum, squares]: [f64; 3]) -> Self {
+        Self { n, sum, squares }
     }
 
-    /// Adds one observation and the fleet's prediction for it (when the fleet had one).
+    /// Adds one observation and the fleet's prediction for it. A pair without a positive,
+    /// finite ratio says nothing about speed and is skipped.
     pub(crate) fn observe(&mut self, observed_ms: f64, predicted_ms: f64, window: f64) {
+        let r = libm::log(observed_ms / predicted_ms);
+        if !(r.is_finite() && observed_ms > 0.0 && predicted_ms > 0.0) {
+            return;
+        }
         let keep = 1.0 - 1.0 / window;
         self.n = self.n * keep + 1.0;
-        self.observed = self.observed * keep + observed_ms;
-        self.predicted = self.predicted * keep + predicted_ms;
+        self.sum = self.sum * keep + r;
+        self.squares = self.squares * keep + r * r;
     }
 
-    /// Observed over predicted, 1 without observations.
-    fn ratio(&self) -> f64 {
-        if self.n > 0.0 && self.predicted > 0.0 && self.observed > 0.0 {
-            self.observed / self.predicted
-        } else {
-            1.0
-        }
+    /// The weighted mean log ratio (with `n > 0`).
+    fn mean(&self) -> f64 {
+        self.sum / self.n
     }
 
-    /// The factor to the fleet's times of a worker of this pace in a fleet of `fleet`'s: how
-    /// much slower than the prediction this worker has been, relative to the whole fleet (whose
-    /// fit was still learning when it made the predictions), with [`PRIOR_WEIGHT`] mean
-    /// predictions observed at the fleet's ratio; 1 without observations.
+    /// The weighted variance of the log ratios (with `n > 0`), never below 0.
+    fn variance(&self) -> f64 {
+        let m = self.mean();
+        let v = self.squares / self.n - m * m;
+        if v > 0.0 { v } else { 0.0 }
+    }
+
+    /// The factor to the fleet's times of a worker of this pace in a fleet of `fleet`'s: its
+    /// mean log ratio's difference from the fleet's, shrunk by the evidence for it (see the
+    /// module's documentation); 1 without observations or without [`EVIDENCE`].
     #[must_use]
     pub fn factor(&self, fleet: &Pace) -> f64 {
-        if !(self.n > 0.0 && self.predicted > 0.0) {
+        if !(self.n > 0.0 && fleet.n > 0.0) {
             return 1.0;
         }
-        let fleet_ratio = fleet.ratio();
-        let prior = PRIOR_WEIGHT * self.predicted / self.n;
-        (self.observed + prior * fleet_ratio) / (self.predicted + prior) / fleet_ratio
+        let d = self.mean() - fleet.mean();
+        let variance =
+            (self.variance() * self.n + fleet.variance() * PRIOR_WEIGHT) / (self.n + PRIOR_WEIGHT);
+        let noise = EVIDENCE * EVIDENCE * variance / self.n;
+        let trust = if d * d > noise {
+            1.0 - noise / (d * d)
+        } else {
+            0.0
+        };
+        let f = libm::exp(trust * d);
+        if f.is_finite() && f > 0.0 { f } else { 1.0 }
     }
 }
 
@@ -320,8 +346,9 @@ mod tests {
         let fleet_pace = Pace::default();
         let s = worker_speed(&fleet, &fleet_pace, &Pace::default()).unwrap();
         assert!((s.ms_per_prefill_token - 0.02).abs() < 1e-9, "{s:?}");
-        // Two workers: one takes the predicted time, the other twice that. The fleet's ratio is
-        // their mean, 1.5; each worker's factor is its own ratio over the fleet's.
+        // Two workers: one takes the predicted time, the other twice that, with no noise at all.
+        // The fleet's mean log ratio is halfway between theirs; each worker's factor is its own
+        // ratio over that, almost in full: the evidence leaves little doubt.
         let (mut fast, mut slow, mut both) = (Pace::default(), Pace::default(), Pace::default());
         for i in 0..300u64 {
             let predicted = 10.0 + 0.02 * (i % 50 * 100) as f64;
@@ -337,5 +364,59 @@ mod tests {
         assert_eq!(Pace::default().factor(&both), 1.0);
         // Alone, a worker's factor is 1 whatever the fleet's fit predicted.
         assert!((slow.factor(&slow) - 1.0).abs() < 1e-12);
+    }
+
+    /// Eight workers of one speed whose requests now and then wait up to 30 times their compute
+    /// (KV room, a long decode alongside), and one more, three times slower, with the same waits:
+    /// each worker's pace, the fleet's, and each worker's plain ratio of observed to predicted
+    /// sums over the fleet's (the pace of means this rule replaced, without its prior).
+    fn waiting_fleet(seed: u64) -> ([Pace; 9], Pace, [f64; 9]) {
+        let mut rng = fastrand::Rng::with_seed(seed);
+        let (mut paces, mut fleet) = ([Pace::default(); 9], Pace::default());
+        let mut sums = [(0.0, 0.0); 10];
+        for i in 0..900 {
+            let w = i % 9;
+            let predicted = 50.0 + 20.0 * f64::from(rng.u32(0..7));
+            let compute = predicted * if w == 8 { 3.0 } else { 1.0 } * (0.9 + 0.2 * rng.f64());
+            let wait = if rng.f64() < 0.3 {
+                predicted * 30.0 * rng.f64()
+            } else {
+                0.0
+            };
+            paces[w].observe(compute + wait, predicted, WINDOW);
+            fleet.observe(compute + wait, predicted, FLEET_WINDOW);
+            for k in [w, 9] {
+                sums[k].0 += compute + wait;
+                sums[k].1 += predicted;
+            }
+        }
+        let ratio = |(o, p): (f64, f64)| o / p;
+        (
+            paces,
+            fleet,
+            core::array::from_fn(|w| ratio(sums[w]) / ratio(sums[9])),
+        )
+    }
+
+    #[test]
+    fn waits_do_not_read_as_speed_and_a_slower_gpu_does() {
+        let mut widest = 1.0f64;
+        for seed in 0..20 {
+            let (paces, fleet, means) = waiting_fleet(seed);
+            for (w, pace) in paces[..8].iter().enumerate() {
+                let f = pace.factor(&fleet);
+                assert!((0.8..1.25).contains(&f), "seed {seed} worker {w}: {f}");
+            }
+            let slow = paces[8].factor(&fleet);
+            assert!(slow > 1.5, "seed {seed}: {slow}");
+            for &m in &means[..8] {
+                let off = if m > 1.0 { m } else { 1.0 / m };
+                if off > widest {
+                    widest = off;
+                }
+            }
+        }
+        // The waits alone move a uniform worker's plain ratio by more than that band allows.
+        assert!(widest > 1.25, "{widest}");
     }
 }

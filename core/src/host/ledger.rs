@@ -743,9 +743,10 @@ where
     }
 }
 
-/// The tag and format version of a ledger's snapshot section.
+/// The tag and format version of a ledger's snapshot section (2: a pace's three sums are of the
+/// log of observed over predicted and its square, where 1 summed the times).
 const SNAPSHOT_TAG: [u8; 4] = *b"LRLG";
-const SNAPSHOT_VERSION: u16 = 1;
+const SNAPSHOT_VERSION: u16 = 2;
 
 impl<R, L, T> Ledger<R, L, T>
 where
