@@ -245,20 +245,61 @@ impl Pace {
     /// module's documentation); 1 without observations or without [`EVIDENCE`].
     #[must_use]
     pub fn factor(&self, fleet: &Pace) -> f64 {
-        if !(self.n > 0.0 && fleet.n > 0.0) {
+        self.factor_against(fleet.spread())
+    }
+
+    /// The fleet's side of [`Pace::factor`]: its mean log ratio and variance, `None` without
+    /// observations.
+    fn spread(&self) -> Option<(f64, f64)> {
+        (self.n > 0.0).then(|| (self.mean(), self.variance()))
+    }
+
+    /// [`Pace::factor`] against a fleet whose [`Pace::spread`] is `fleet`.
+    fn factor_against(&self, fleet: Option<(f64, f64)>) -> f64 {
+        let Some((fleet_mean, fleet_variance)) = fleet.filter(|_| self.n > 0.0) else {
+            return 1.0;
+        };
+        let d = self.mean() - fleet_mean;
+        let variance =
+            (self.variance() * self.n + fleet_variance * PRIOR_WEIGHT) / (self.n + PRIOR_WEIGHT);
+        let noise = EVIDENCE * EVIDENCE * variance / self.n;
+        if d * d <= noise {
             return 1.0;
         }
-        let d = self.mean() - fleet.mean();
-        let variance =
-            (self.variance() * self.n + fleet.variance() * PRIOR_WEIGHT) / (self.n + PRIOR_WEIGHT);
-        let noise = EVIDENCE * EVIDENCE * variance / self.n;
-        let trust = if d * d > noise {
-            1.0 - noise / (d * d)
-        } else {
-            0.0
-        };
-        let f = libm::exp(trust * d);
+        let f = libm::exp((1.0 - noise / (d * d)) * d);
         if f.is_finite() && f > 0.0 { f } else { 1.0 }
+    }
+}
+
+/// What every worker's speed shares: the fleet's fitted speed and the spread of its pace. A pass
+/// over many workers computes it once (`Ledger::fleet_speed`) and each worker's speed from it
+/// with [`FleetSpeed::worker`].
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct FleetSpeed {
+    speed: Speed,
+    pace: Option<(f64, f64)>,
+}
+
+impl FleetSpeed {
+    /// The fleet's part, `None` until the fleet has [`MIN_OBSERVATIONS`] and a speed.
+    pub(crate) fn new(fleet: &Fit, fleet_pace: &Pace) -> Option<Self> {
+        if fleet.seen < MIN_OBSERVATIONS {
+            return None;
+        }
+        Some(Self {
+            speed: fleet.speed()?,
+            pace: fleet_pace.spread(),
+        })
+    }
+
+    /// The speed of a worker of `pace`: the fleet's times the worker's [`Pace::factor`].
+    pub(crate) fn worker(&self, pace: &Pace) -> Option<Speed> {
+        let (s, f) = (self.speed, pace.factor_against(self.pace));
+        speed_of(
+            s.base_ms * f,
+            s.ms_per_prefill_token * f,
+            s.ms_per_active_request * f,
+        )
     }
 }
 
@@ -267,16 +308,7 @@ impl Pace {
 /// [`MIN_OBSERVATIONS`].
 #[must_use]
 pub fn worker_speed(fleet: &Fit, fleet_pace: &Pace, pace: &Pace) -> Option<Speed> {
-    if fleet.seen < MIN_OBSERVATIONS {
-        return None;
-    }
-    let s = fleet.speed()?;
-    let f = pace.factor(fleet_pace);
-    speed_of(
-        s.base_ms * f,
-        s.ms_per_prefill_token * f,
-        s.ms_per_active_request * f,
-    )
+    FleetSpeed::new(fleet, fleet_pace)?.worker(pace)
 }
 
 #[cfg(test)]

@@ -19,7 +19,7 @@
 
 use core::fmt;
 
-use crate::host::calibrate::{FLEET_WINDOW, Fit, Pace, WINDOW, worker_speed};
+use crate::host::calibrate::{FLEET_WINDOW, Fit, FleetSpeed, Pace, WINDOW, worker_speed};
 use crate::host::snapshot::{SnapshotError, SnapshotProblem, SnapshotReader, SnapshotWriter};
 use crate::host::table::{Slot, StorageError, Table};
 use crate::host::version::{Version, new_instance};
@@ -402,11 +402,23 @@ where
         slot
     }
 
-    /// Writes `row`'s SPEED inputs from the worker at `slot` (none, and zeros, when `None` or
-    /// when the worker has no calibration yet).
-    pub(crate) fn fill_speed_at(&self, slot: Option<usize>, row: &mut Row) {
-        let speed = slot
-            .and_then(|i| worker_speed(&self.fleet, &self.fleet_pace, &self.workers.value(i).pace));
+    /// What every worker's speed shares, for a pass of [`Ledger::fill_speed_at`]: `None` while
+    /// the fleet has no calibration.
+    pub(crate) fn fleet_speed(&self) -> Option<FleetSpeed> {
+        FleetSpeed::new(&self.fleet, &self.fleet_pace)
+    }
+
+    /// Writes `row`'s SPEED inputs from the worker at `slot` and the fleet's part `fleet`
+    /// ([`Ledger::fleet_speed`]; none, and zeros, when either is `None`).
+    pub(crate) fn fill_speed_at(
+        &self,
+        fleet: Option<&FleetSpeed>,
+        slot: Option<usize>,
+        row: &mut Row,
+    ) {
+        let speed = fleet
+            .zip(slot)
+            .and_then(|(fleet, i)| fleet.worker(&self.workers.value(i).pace));
         let (flags, speed) = match speed {
             Some(speed) => (row.flags.0 | RowFlags::HAS_SPEED.0, speed),
             None => (row.flags.0 & !RowFlags::HAS_SPEED.0, Speed::default()),
@@ -435,8 +447,9 @@ where
     /// Writes each row's SPEED inputs from the ledger's calibration ([`Ledger::speed`]); rows
     /// of workers without one get none.
     pub fn fill_speeds(&self, rows: &mut [Row]) {
+        let fleet = self.fleet_speed();
         for row in rows {
-            self.fill_speed_at(self.workers.find(row.worker), row);
+            self.fill_speed_at(fleet.as_ref(), self.workers.find(row.worker), row);
         }
     }
 

@@ -664,6 +664,7 @@ fn fill_placed_with<B, W, R, L, T, H: Hints, const WORDS: usize>(
     T: AsRef<[u64]> + AsMut<[u64]>,
 {
     let fleet = H::FLEET;
+    let fleet_speed = if speed { ledger.fleet_speed() } else { None };
     for (i, row) in rows.iter_mut().enumerate() {
         // What a fleet's next route may reuse (see `fill_fleet`); the host's rows keep none.
         let (index_hint, ledger_hint, mut kept) = match places.get_mut(i).map(Hints::split) {
@@ -690,7 +691,7 @@ fn fill_placed_with<B, W, R, L, T, H: Hints, const WORDS: usize>(
         // `Row::new` and lose a speed only here), so only one that had a speed is written
         // when the policy reads none.
         if speed || (fleet && row.flags.contains(RowFlags::HAS_SPEED)) {
-            ledger.fill_speed_at(slot.filter(|_| speed), row);
+            ledger.fill_speed_at(fleet_speed.as_ref(), slot, row);
         }
     }
 }
