@@ -484,9 +484,13 @@ def catalog():
     # most P = 160), queued prefill tokens q, active requests n, and a speed (b, a, k): the one
     # the configuration gives, or 1 ms per token when neither it nor the rows have one. The
     # delay to others scales the crowd by each worker's estimate over the candidates' mean, and
-    # the active requests by one plus their share of the mean (plus one).
-    def ttft(rows, b, a, k, others=1.0, share=0.5, slack=0.5):
+    # the active requests by one plus their share of the mean (plus one). With a KV capacity of
+    # C blocks, the queue part and the estimate add a * kv, the wait for KV room in prefill
+    # tokens: kv = D * D * (bs / C) for the row's D booked (decode) blocks.
+    def ttft(rows, b, a, k, others=1.0, share=0.5, slack=0.5, capacity=None):
         P = 160
+        d = [float(r["load"]["active_decode_blocks"]) for r in rows]
+        kv = [x * x * (16.0 / float(capacity)) if capacity else 0.0 for x in d]
         c = [min(r["cache"]["effective_tokens"], P) for r in rows]
         q = [r["load"]["active_prefill_tokens"] for r in rows]
         n = [r["load"]["active_requests"] for r in rows]
@@ -497,6 +501,8 @@ def catalog():
         crowd = queued_ms / own_ms if own_ms > 0.0 else 0.0
         busy = crowd / (1.0 + crowd)
         estimates = [b + a * float(q[i] + (P - c[i])) + k * float(n[i] + 1) for i in range(len(rows))]
+        if capacity:
+            estimates = [e + a * w for e, w in zip(estimates, kv)]
         best = min(estimates)
         total_estimate = 0.0
         for e in estimates:
@@ -510,7 +516,7 @@ def catalog():
         costs = []
         for i in range(len(rows)):
             behind = crowd * estimates[i] / mean if mean > 0.0 else 0.0
-            parts = [b + a * float(q[i]),
+            parts = [b + a * float(q[i]) + a * kv[i] if capacity else b + a * float(q[i]),
                      a * float(P - c[i]),
                      k * float(n[i] + 1),
                      others * (behind * a * float(P - c[i])
@@ -537,6 +543,17 @@ def catalog():
         case("catalog-ttft-unit-speed", "ttft without any speed: 1 ms per prefill token",
              {"type": "ttft", "others_weight": 2, "affinity_slack": 1}, busy_rows,
              ttft(busy_rows, 0.0, 1.0, 0.0, others=2.0, slack=1.0)),
+        case("catalog-ttft-kv-room", "ttft with a KV capacity of 40 blocks: worker 2's 30 booked "
+             "blocks (75% of its cache) wait for room, 16 * 30 * 0.75 = 360 prefill tokens more, "
+             "worker 1's 10 blocks 40 tokens, the idle worker 3's none",
+             {"type": "ttft", "speed": speed, "kv_capacity_blocks": 40}, busy_rows,
+             ttft(busy_rows, 10.0, 0.5, 2.0, capacity=40)),
+        case("catalog-ttft-kv-room-unit-speed", "ttft with a KV capacity and no speed: the wait "
+             "for room in prefill tokens, one past capacity (30 blocks of 20: 720 tokens)",
+             {"type": "ttft", "kv_capacity_blocks": 20}, busy_rows,
+             ttft(busy_rows, 0.0, 1.0, 0.0, capacity=20)),
+        case("catalog-ttft-invalid-kv-capacity", "a KV capacity of 0 blocks",
+             {"type": "ttft", "kv_capacity_blocks": 0}, [row(1, 0, 0)], error="invalid_config"),
         case("catalog-ttft-invalid-share", "affinity_share above 1",
              {"type": "ttft", "affinity_share": 1.5}, [row(1, 0, 0)], error="invalid_config"),
         case("catalog-ttft-invalid-speed", "a negative speed",

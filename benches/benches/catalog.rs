@@ -11,7 +11,7 @@ use libroute_benches::bench_fleet;
 use libroute_core::catalog_config::PolicyConfig;
 use libroute_core::{Explanation, Request, Selector};
 
-const TYPES: [(&str, &str); 11] = [
+const TYPES: [(&str, &str); 12] = [
     ("default", r#"{"type": "default"}"#),
     ("round_robin", r#"{"type": "round_robin"}"#),
     ("random", r#"{"type": "random"}"#),
@@ -30,6 +30,7 @@ const TYPES: [(&str, &str); 11] = [
             {"type": "require_taints", "taints": []}]}"#,
     ),
     ("ttft", r#"{"type": "ttft"}"#),
+    ("ttft_kv", r#"{"type": "ttft", "kv_capacity_blocks": 4096}"#),
 ];
 
 fn catalog(c: &mut Criterion) {

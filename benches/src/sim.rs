@@ -865,7 +865,13 @@ fn ceiling(trace: &Trace, finished: &[usize]) -> f64 {
 #[must_use]
 pub fn builtin_policies(fleet: &Fleet) -> Vec<(String, String)> {
     [
-        ("ttft", r#"{"type": "ttft"}"#.to_owned()),
+        (
+            "ttft",
+            format!(
+                r#"{{"type": "ttft", "kv_capacity_blocks": {}}}"#,
+                fleet.cache_blocks
+            ),
+        ),
         ("default", r#"{"type": "default"}"#.to_owned()),
         (
             "dynamo_two_tier",

@@ -421,6 +421,10 @@ fn configuration_errors_name_what_is_wrong() {
         rejected(r#"{"type": "power_of_two", "k": 0}"#).to_string(),
         "k = 0: must be at least 1"
     );
+    assert_eq!(
+        rejected(r#"{"type": "ttft", "kv_capacity_blocks": 0}"#).to_string(),
+        "kv_capacity_blocks = 0: must be at least 1"
+    );
     let shape = rejected(r#"{"type": "composed", "scorers": [{"type": "queue", "weight": "x"}]}"#);
     assert!(
         matches!(&shape, CatalogError::Shape { message } if message.contains("invalid type")),
@@ -688,6 +692,45 @@ fn ttft_leaves_a_saturated_holder_of_the_prefix() {
     });
     let (s, _) = costs(&p, &REQ, &[warm, row(2, 0, 0)]);
     assert_eq!(s.worker.worker_id, 1);
+}
+
+/// With the workers' KV capacity, the estimate waits for room: a holder of the prefix whose cache
+/// its running requests fill loses to a cold worker with room, and the price grows with the
+/// utilization, so a lightly used cache keeps the request where its prefix is.
+#[test]
+fn ttft_with_a_kv_capacity_waits_for_room() {
+    let speed = Speed {
+        base_ms: 0.0,
+        ms_per_prefill_token: 1.0,
+        ms_per_active_request: 0.0,
+    };
+    // Worker 1 holds 8 of the 10 blocks and has `blocks` booked; worker 2 is idle and cold.
+    let holder = |blocks| {
+        row(1, 8, 0)
+            .with_load(Load {
+                available: true,
+                active_decode_blocks: blocks,
+                ..Load::default()
+            })
+            .with_speed(speed)
+    };
+    let cold = row(2, 0, 0).with_speed(speed);
+    let blind = policy(r#"{"type": "ttft"}"#);
+    let priced = policy(r#"{"type": "ttft", "kv_capacity_blocks": 100}"#);
+    // Unpriced, 90 booked blocks cost nothing; priced, 16 * 90 * 0.9 = 1,296 tokens of wait.
+    let (s, c) = costs(&blind, &REQ, &[holder(90), cold]);
+    assert_eq!((s.worker.worker_id, c[0]), (1, 32.0));
+    let (s, c) = costs(&priced, &REQ, &[holder(90), cold]);
+    assert_eq!(s.worker.worker_id, 2);
+    assert_eq!(c[1], 160.0);
+    assert!(c[0] > 1296.0, "{c:?}");
+    // 20 booked blocks: 16 * 20 * 0.2 = 64 tokens, less than the 128 the prefix saves.
+    let (s, c) = costs(&priced, &REQ, &[holder(20), cold]);
+    assert_eq!(s.worker.worker_id, 1);
+    assert_eq!(c[0], 32.0 + 64.0);
+    // Without a load projection a row books nothing, so nothing waits.
+    let (_, c) = costs(&priced, &REQ, &[row(1, 8, 0).with_speed(speed), cold]);
+    assert_eq!(c[0], 32.0);
 }
 
 /// Found by the `catalog` fuzz target (CI's short run, 2026-12-01): `ttft` added a worker's

@@ -239,6 +239,7 @@ fn catalog_policies_and_explanations_do_not_allocate() {
         r#"{"type": "sglang_cache_aware"}"#,
         r#"{"type": "llm_d", "kv_capacity_blocks": 512}"#,
         r#"{"type": "ttft"}"#,
+        r#"{"type": "ttft", "kv_capacity_blocks": 4096}"#,
         r#"{"type": "composed", "filters": [{"type": "overload", "max_requests": 3},
             {"type": "allow_list", "workers": [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]},
             {"type": "require_taints", "taints": []}],

@@ -91,12 +91,14 @@ fn model() -> impl Strategy<Value = FirstToken> {
         prop_oneof![Just(1.0), 0.0..4.0f64],
         0.0..=1.0f64,
         prop_oneof![Just(0.5), 0.0..3.0f64],
+        prop_oneof![Just(0u64), 1..5_000u64, Just(u64::MAX)],
     )
-        .prop_map(|(speed, others, share, slack)| FirstToken {
+        .prop_map(|(speed, others, share, slack, capacity)| FirstToken {
             speed,
             others_weight: others,
             affinity_share: share,
             affinity_slack: slack,
+            kv_capacity_blocks: capacity,
             ..FirstToken::new(FirstTokenPart::Queue)
         })
 }

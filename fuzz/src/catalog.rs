@@ -88,6 +88,7 @@ pub fn run(data: &[u8]) {
                 others_weight: f[0],
                 affinity_share: f[1],
                 affinity_slack: f[2],
+                kv_capacity_blocks: *n,
             }),
         };
         let _ = scorers.push(WeightedScorer { scorer, weight: *weight });

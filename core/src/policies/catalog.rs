@@ -737,7 +737,9 @@ impl Scorer for SessionAffinity {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum FirstTokenPart {
     /// `base_ms + ms_per_prefill_token * queued`: the wait for the prefill work already queued
-    /// on the worker (`active_prefill_tokens`), plus the fixed part.
+    /// on the worker (`active_prefill_tokens`), plus the fixed part; with a KV capacity set
+    /// ([`FirstToken::kv_capacity_blocks`]), plus `ms_per_prefill_token * kv_wait`, the wait
+    /// for KV room (see [`FirstToken::kv_capacity_blocks`]).
     Queue,
     /// `ms_per_prefill_token * uncached`: this request's own prefill, of the prompt tokens the
     /// worker does not hold (cached tokens from the CACHE inputs, which count the blocks of
@@ -788,7 +790,8 @@ pub const UNIT_SPEED: Speed = Speed {
 /// [`FirstTokenPart`] is one of its scorers).
 ///
 /// The estimate is `base_ms + ms_per_prefill_token * (queued + uncached) + ms_per_active_request *
-/// (active_requests + 1)`, with the worker's [`Speed`] as the host measured it (SPEED: a
+/// (active_requests + 1)` (plus the wait for KV room when [`FirstToken::kv_capacity_blocks`] is
+/// set), with the worker's [`Speed`] as the host measured it (SPEED: a
 /// [`crate::Router`] learns it from timed bookings and prefill completions, see
 /// [`crate::calibrate`]); `speed` set in the configuration overrides every row's. A row without a
 /// speed takes the mean speed of the candidates that have one, or [`UNIT_SPEED`].
@@ -805,6 +808,20 @@ pub struct FirstToken {
     pub affinity_share: f64,
     /// The penalty of the affinity gate, as a share of the best estimate, default 0.5.
     pub affinity_slack: f64,
+    /// The workers' KV cache capacity in blocks of the request's block size (vLLM's
+    /// `num_gpu_blocks`, Dynamo's `kv_total_blocks`), or 0 when unknown (default: no price for
+    /// KV occupancy).
+    ///
+    /// With a capacity `C`, a worker whose running requests hold `D` booked KV blocks
+    /// (`active_decode_blocks`, this request's new blocks included) charges the queue part
+    /// `kv_wait = D * D * (bs / C)` prefill tokens more: `bs * D` tokens of prefill times the
+    /// utilization `D / C`. The reason: a new request cannot start its prefill until its blocks
+    /// have room, and the blocks of running requests free only as those requests finish.
+    /// Dynamo's cost counts each booked block as one block of prefill; that wait only happens
+    /// when the cache is contended, and the utilization is the chance a block stands in the
+    /// way. An idle cache costs about nothing, so prefix reuse decides there; a full one costs
+    /// Dynamo's price, and past capacity (the engine preempts or queues) more than that.
+    pub kv_capacity_blocks: u64,
 }
 
 impl FirstToken {
@@ -817,18 +834,21 @@ impl FirstToken {
             others_weight: 1.0,
             affinity_share: 0.5,
             affinity_slack: 0.5,
+            kv_capacity_blocks: 0,
         }
     }
 }
 
 /// What [`FirstToken`] reads of one candidate, straight from the row (it declares CACHE, LOAD
 /// and SPEED, so the unmasked row shows nothing undeclared): queued prefill tokens, cached
-/// prompt tokens (at most the prompt), active requests, and its speed if it has one.
+/// prompt tokens (at most the prompt), active requests, booked KV blocks, and its speed if it
+/// has one.
 #[derive(Clone, Copy)]
 struct FirstTokenRow {
     queued: u64,
     cached: u64,
     active: u64,
+    blocks: u64,
     speed: Option<Speed>,
 }
 
@@ -846,6 +866,7 @@ impl FirstTokenRow {
             queued: if load { row.active_prefill_tokens } else { 0 },
             cached: if cached < prompt { cached } else { prompt },
             active: if load { row.active_requests } else { 0 },
+            blocks: if load { row.active_decode_blocks } else { 0 },
             speed: row.speed(),
         }
     }
@@ -859,10 +880,12 @@ struct FirstTokenRows<'a> {
     prompt: u64,
     fixed: Option<Speed>,
     fallback: Speed,
+    kv: KvRoom,
 }
 
 impl<'a> FirstTokenRows<'a> {
-    fn new(model: &FirstToken, candidates: &'a Candidates<'_>, prompt: u64) -> Self {
+    fn new(model: &FirstToken, request: &RequestView<'_>, candidates: &'a Candidates<'_>) -> Self {
+        let prompt = request.prompt_tokens();
         let (rows, order) = candidates.raw();
         // Only a candidate without a speed takes the mean, so it is not computed without one.
         let fallback = match model.speed {
@@ -876,6 +899,7 @@ impl<'a> FirstTokenRows<'a> {
             prompt,
             fixed: model.speed,
             fallback,
+            kv: KvRoom::new(model.kv_capacity_blocks, request.block_size()),
         }
     }
 
@@ -889,10 +913,11 @@ impl<'a> FirstTokenRows<'a> {
 
     /// The estimated time to first token of this request on a candidate.
     fn estimate(&self, r: &FirstTokenRow, s: &Speed) -> f64 {
-        s.first_token_ms(
+        let ms = s.first_token_ms(
             r.queued.saturating_add(self.prompt - r.cached),
             r.active.saturating_add(1),
-        )
+        );
+        with_kv_wait(self.kv.priced, ms, s, self.kv.wait(r.blocks))
     }
 
     /// The candidates' aggregates, in one pass.
@@ -942,6 +967,50 @@ struct FirstTokenSummary {
     best: f64,
 }
 
+/// The wait for KV room ([`FirstToken::kv_capacity_blocks`]): the capacity and the block size as
+/// costs, or nothing when the capacity is unknown.
+#[derive(Clone, Copy)]
+struct KvRoom {
+    /// `bs / C`: the wait in prefill tokens is `D * D` times this (0 without a capacity).
+    per_block: f64,
+    /// Whether a capacity is known, so the wait is priced.
+    priced: bool,
+}
+
+impl KvRoom {
+    fn new(capacity_blocks: u64, block_size: u32) -> Self {
+        let priced = capacity_blocks > 0;
+        Self {
+            // One division per selection, not one per row.
+            per_block: if priced {
+                f64::from(block_size) / as_cost(capacity_blocks)
+            } else {
+                0.0
+            },
+            priced,
+        }
+    }
+
+    /// `kv_wait = D * D * (bs / C)` prefill tokens for `D = blocks` booked (0 without a
+    /// capacity): `bs * D` tokens of prefill times the utilization `D / C`.
+    #[inline]
+    fn wait(self, blocks: u64) -> f64 {
+        let d = as_cost(blocks);
+        d * d * self.per_block
+    }
+}
+
+/// `ms` plus the time of a `wait` for KV room (prefill tokens) at speed `s` when `priced`; `ms`
+/// itself, bit for bit, when not.
+#[inline]
+fn with_kv_wait(priced: bool, ms: f64, s: &Speed, wait: f64) -> f64 {
+    if priced {
+        ms + s.ms_per_prefill_token * wait
+    } else {
+        ms
+    }
+}
+
 /// The mean of `speeds`, [`UNIT_SPEED`] when there are none.
 fn mean_speed(speeds: impl Iterator<Item = Speed>) -> Speed {
     let mut sum = Speed::default();
@@ -972,17 +1041,20 @@ struct FirstTokenTerms {
     /// `active + 1`, saturating.
     decode: f64,
     cached: u64,
+    /// `kv_wait`, prefill tokens (0 without a capacity).
+    kv_wait: f64,
 }
 
 impl FirstTokenTerms {
     #[inline]
-    fn of(r: &FirstTokenRow, prompt: u64) -> Self {
+    fn of(r: &FirstTokenRow, rows: &FirstTokenRows<'_>) -> Self {
         Self {
             queued: as_cost(r.queued),
-            uncached: as_cost(prompt - r.cached),
+            uncached: as_cost(rows.prompt - r.cached),
             active: as_cost(r.active),
             decode: as_cost(r.active.saturating_add(1)),
             cached: r.cached,
+            kv_wait: rows.kv.wait(r.blocks),
         }
     }
 }
@@ -1026,7 +1098,12 @@ impl FirstToken {
         all: &FirstTokenShared,
     ) -> f64 {
         match part {
-            FirstTokenPart::Queue => s.base_ms + s.ms_per_prefill_token * t.queued,
+            FirstTokenPart::Queue => with_kv_wait(
+                self.kv_capacity_blocks > 0,
+                s.base_ms + s.ms_per_prefill_token * t.queued,
+                s,
+                t.kv_wait,
+            ),
             FirstTokenPart::Prefill => s.ms_per_prefill_token * t.uncached,
             FirstTokenPart::Decode => s.ms_per_active_request * t.decode,
             FirstTokenPart::DelayToOthers => {
@@ -1079,11 +1156,10 @@ impl Scorer for FirstToken {
         candidates: &Candidates<'_>,
         costs: &mut [f64],
     ) -> Result<(), ComponentError> {
-        let prompt = request.prompt_tokens();
-        let rows = FirstTokenRows::new(self, candidates, prompt);
+        let rows = FirstTokenRows::new(self, request, candidates);
         let all = self.shared_for(&rows, core::iter::once(self.part));
         for (cost, (r, s)) in costs.iter_mut().zip(rows.iter()) {
-            let t = FirstTokenTerms::of(&r, prompt);
+            let t = FirstTokenTerms::of(&r, &rows);
             *cost = self.part_cost(self.part, &t, &s, || rows.estimate(&r, &s), &all);
         }
         Ok(())
@@ -1103,8 +1179,7 @@ impl FirstToken {
         stride: usize,
     ) {
         use FirstTokenPart::{Affinity, Decode, DelayToOthers, Prefill, Queue};
-        let prompt = request.prompt_tokens();
-        let rows = FirstTokenRows::new(self, candidates, prompt);
+        let rows = FirstTokenRows::new(self, request, candidates);
         let all = self.shared_for(&rows, parts.iter().copied());
         if parts == [Queue, Prefill, Decode, DelayToOthers, Affinity] && columns.len() >= 5 * stride
         {
@@ -1120,7 +1195,7 @@ impl FirstToken {
                 .zip(others.iter_mut())
                 .zip(affinity.iter_mut());
             for (((((q, p), d), o), a), (r, s)) in costs.zip(rows.iter()) {
-                let t = FirstTokenTerms::of(&r, prompt);
+                let t = FirstTokenTerms::of(&r, &rows);
                 *q = self.part_cost(Queue, &t, &s, || 0.0, &all);
                 *p = self.part_cost(Prefill, &t, &s, || 0.0, &all);
                 *d = self.part_cost(Decode, &t, &s, || 0.0, &all);
@@ -1130,7 +1205,7 @@ impl FirstToken {
             return;
         }
         for (k, (r, s)) in rows.iter().enumerate() {
-            let t = FirstTokenTerms::of(&r, prompt);
+            let t = FirstTokenTerms::of(&r, &rows);
             for (p, &part) in parts.iter().enumerate() {
                 columns[p * stride + k] =
                     self.part_cost(part, &t, &s, || rows.estimate(&r, &s), &all);

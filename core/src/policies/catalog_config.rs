@@ -12,7 +12,7 @@
 //! `dynamo_two_tier` (`spread`, `ratio`, `coverage`), `sglang_cache_aware` (`abs_threshold`,
 //! `rel_threshold`, `match_threshold`), `llm_d` (`prefix_weight`, `kv_utilization_weight`,
 //! `queue_weight`, `kv_capacity_blocks`, `host_credit`, `disk_credit`), libroute's own `ttft`
-//! (`speed`, `others_weight`, `affinity_share`, `affinity_slack`), and `composed` (`filters`,
+//! (`speed`, `others_weight`, `affinity_share`, `affinity_slack`, `kv_capacity_blocks`), and `composed` (`filters`,
 //! `scorers`, `picker`). Every type but `default` also takes `filters` (a list of
 //! `require_taints`, `overload`, `allow_list`) and `seed`.
 //!
@@ -792,6 +792,11 @@ pub enum PolicyConfig {
         /// The affinity gate's penalty as a share of the best estimate, default 0.5.
         #[serde(default)]
         affinity_slack: Option<f64>,
+        /// The workers' KV cache capacity in blocks of the request's block size, at least 1;
+        /// when given, the estimate adds the wait for KV room
+        /// ([`FirstToken::kv_capacity_blocks`]). Default: unknown, no such wait.
+        #[serde(default)]
+        kv_capacity_blocks: Option<u64>,
         /// Filters applied first.
         #[serde(default)]
         filters: Vec<FilterConfig>,
@@ -976,10 +981,18 @@ impl PolicyConfig {
                 others_weight,
                 affinity_share,
                 affinity_slack,
+                kv_capacity_blocks,
                 filters,
                 seed,
             } => {
                 let d = FirstToken::new(FirstTokenPart::Queue);
+                if *kv_capacity_blocks == Some(0) {
+                    return Err(CatalogError::OutOfRange {
+                        parameter: "kv_capacity_blocks",
+                        value: 0.0,
+                        range: Range::AtLeast(1.0),
+                    });
+                }
                 let model = FirstToken {
                     speed: speed.map(SpeedConfig::build).transpose()?,
                     others_weight: at_least(
@@ -998,6 +1011,7 @@ impl PolicyConfig {
                         affinity_slack.unwrap_or(d.affinity_slack),
                         0.0,
                     )?,
+                    kv_capacity_blocks: kv_capacity_blocks.unwrap_or(d.kv_capacity_blocks),
                     ..d
                 };
                 let mut scorers = List::<WeightedScorer, MAX_SCORERS>::new();
