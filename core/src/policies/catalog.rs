@@ -873,8 +873,9 @@ impl FirstTokenRow {
 }
 
 /// A scorer pass over the candidates' [`FirstTokenRow`]s and their speeds: the override, the
-/// row's, or the candidates' mean.
-struct FirstTokenRows<'a> {
+/// row's, or the candidates' mean; `PRICED` when the wait for KV room is (a capacity is known),
+/// so an unpriced pass does not carry the term.
+struct FirstTokenRows<'a, const PRICED: bool> {
     rows: &'a [Row],
     order: &'a [u32],
     prompt: u64,
@@ -883,7 +884,7 @@ struct FirstTokenRows<'a> {
     kv: KvRoom,
 }
 
-impl<'a> FirstTokenRows<'a> {
+impl<'a, const PRICED: bool> FirstTokenRows<'a, PRICED> {
     fn new(model: &FirstToken, request: &RequestView<'_>, candidates: &'a Candidates<'_>) -> Self {
         let prompt = request.prompt_tokens();
         let (rows, order) = candidates.raw();
@@ -917,7 +918,7 @@ impl<'a> FirstTokenRows<'a> {
             r.queued.saturating_add(self.prompt - r.cached),
             r.active.saturating_add(1),
         );
-        with_kv_wait(self.kv.priced, ms, s, self.kv.wait(r.blocks))
+        with_kv_wait::<PRICED>(ms, s, self.kv.wait(r.blocks))
     }
 
     /// The candidates' aggregates, in one pass.
@@ -967,32 +968,27 @@ struct FirstTokenSummary {
     best: f64,
 }
 
-/// The wait for KV room ([`FirstToken::kv_capacity_blocks`]): the capacity and the block size as
-/// costs, or nothing when the capacity is unknown.
+/// The wait for KV room ([`FirstToken::kv_capacity_blocks`]) per booked block squared.
 #[derive(Clone, Copy)]
 struct KvRoom {
     /// `bs / C`: the wait in prefill tokens is `D * D` times this (0 without a capacity).
     per_block: f64,
-    /// Whether a capacity is known, so the wait is priced.
-    priced: bool,
 }
 
 impl KvRoom {
     fn new(capacity_blocks: u64, block_size: u32) -> Self {
-        let priced = capacity_blocks > 0;
         Self {
             // One division per selection, not one per row.
-            per_block: if priced {
+            per_block: if capacity_blocks > 0 {
                 f64::from(block_size) / as_cost(capacity_blocks)
             } else {
                 0.0
             },
-            priced,
         }
     }
 
-    /// `kv_wait = D * D * (bs / C)` prefill tokens for `D = blocks` booked (0 without a
-    /// capacity): `bs * D` tokens of prefill times the utilization `D / C`.
+    /// `kv_wait = D * D * (bs / C)` prefill tokens for `D = blocks` booked: `bs * D` tokens of
+    /// prefill times the utilization `D / C`.
     #[inline]
     fn wait(self, blocks: u64) -> f64 {
         let d = as_cost(blocks);
@@ -1000,11 +996,11 @@ impl KvRoom {
     }
 }
 
-/// `ms` plus the time of a `wait` for KV room (prefill tokens) at speed `s` when `priced`; `ms`
+/// `ms` plus the time of a `wait` for KV room (prefill tokens) at speed `s` when `PRICED`; `ms`
 /// itself, bit for bit, when not.
 #[inline]
-fn with_kv_wait(priced: bool, ms: f64, s: &Speed, wait: f64) -> f64 {
-    if priced {
+fn with_kv_wait<const PRICED: bool>(ms: f64, s: &Speed, wait: f64) -> f64 {
+    if PRICED {
         ms + s.ms_per_prefill_token * wait
     } else {
         ms
@@ -1041,20 +1037,20 @@ struct FirstTokenTerms {
     /// `active + 1`, saturating.
     decode: f64,
     cached: u64,
-    /// `kv_wait`, prefill tokens (0 without a capacity).
+    /// `kv_wait`, prefill tokens (0 when not priced).
     kv_wait: f64,
 }
 
 impl FirstTokenTerms {
     #[inline]
-    fn of(r: &FirstTokenRow, rows: &FirstTokenRows<'_>) -> Self {
+    fn of<const PRICED: bool>(r: &FirstTokenRow, rows: &FirstTokenRows<'_, PRICED>) -> Self {
         Self {
             queued: as_cost(r.queued),
             uncached: as_cost(rows.prompt - r.cached),
             active: as_cost(r.active),
             decode: as_cost(r.active.saturating_add(1)),
             cached: r.cached,
-            kv_wait: rows.kv.wait(r.blocks),
+            kv_wait: if PRICED { rows.kv.wait(r.blocks) } else { 0.0 },
         }
     }
 }
@@ -1089,7 +1085,7 @@ impl FirstToken {
     /// need them, its estimate and what all candidates share. The one definition of each part's
     /// formula, for one part at a time and for the parts together.
     #[inline]
-    fn part_cost(
+    fn part_cost<const PRICED: bool>(
         &self,
         part: FirstTokenPart,
         t: &FirstTokenTerms,
@@ -1098,12 +1094,9 @@ impl FirstToken {
         all: &FirstTokenShared,
     ) -> f64 {
         match part {
-            FirstTokenPart::Queue => with_kv_wait(
-                self.kv_capacity_blocks > 0,
-                s.base_ms + s.ms_per_prefill_token * t.queued,
-                s,
-                t.kv_wait,
-            ),
+            FirstTokenPart::Queue => {
+                with_kv_wait::<PRICED>(s.base_ms + s.ms_per_prefill_token * t.queued, s, t.kv_wait)
+            }
             FirstTokenPart::Prefill => s.ms_per_prefill_token * t.uncached,
             FirstTokenPart::Decode => s.ms_per_active_request * t.decode,
             FirstTokenPart::DelayToOthers => {
@@ -1132,9 +1125,9 @@ impl FirstToken {
     }
 
     /// What `parts` share of all candidates: a summary pass when some part needs it.
-    fn shared_for(
+    fn shared_for<const PRICED: bool>(
         &self,
-        rows: &FirstTokenRows<'_>,
+        rows: &FirstTokenRows<'_, PRICED>,
         mut parts: impl Iterator<Item = FirstTokenPart>,
     ) -> FirstTokenShared {
         if parts.any(|p| matches!(p, FirstTokenPart::DelayToOthers | FirstTokenPart::Affinity)) {
@@ -1156,17 +1149,31 @@ impl Scorer for FirstToken {
         candidates: &Candidates<'_>,
         costs: &mut [f64],
     ) -> Result<(), ComponentError> {
-        let rows = FirstTokenRows::new(self, request, candidates);
-        let all = self.shared_for(&rows, core::iter::once(self.part));
-        for (cost, (r, s)) in costs.iter_mut().zip(rows.iter()) {
-            let t = FirstTokenTerms::of(&r, &rows);
-            *cost = self.part_cost(self.part, &t, &s, || rows.estimate(&r, &s), &all);
+        if self.kv_capacity_blocks > 0 {
+            self.score_priced::<true>(request, candidates, costs);
+        } else {
+            self.score_priced::<false>(request, candidates, costs);
         }
         Ok(())
     }
 }
 
 impl FirstToken {
+    /// [`Scorer::score`] with the wait for KV room priced or not.
+    fn score_priced<const PRICED: bool>(
+        &self,
+        request: &RequestView<'_>,
+        candidates: &Candidates<'_>,
+        costs: &mut [f64],
+    ) {
+        let rows = FirstTokenRows::<PRICED>::new(self, request, candidates);
+        let all = self.shared_for(&rows, core::iter::once(self.part));
+        for (cost, (r, s)) in costs.iter_mut().zip(rows.iter()) {
+            let t = FirstTokenTerms::of(&r, &rows);
+            *cost = self.part_cost::<PRICED>(self.part, &t, &s, || rows.estimate(&r, &s), &all);
+        }
+    }
+
     /// [`Scorer::score_run`] for parts of one estimate (the `ttft` type's five): the speeds'
     /// fallback and the summary computed once, and each candidate's row read and its terms
     /// converted once for every part, through the same [`FirstToken::part_cost`].
@@ -1178,8 +1185,24 @@ impl FirstToken {
         columns: &mut [f64],
         stride: usize,
     ) {
+        if self.kv_capacity_blocks > 0 {
+            self.score_parts_priced::<true>(parts, request, candidates, columns, stride);
+        } else {
+            self.score_parts_priced::<false>(parts, request, candidates, columns, stride);
+        }
+    }
+
+    /// [`FirstToken::score_parts`] with the wait for KV room priced or not.
+    fn score_parts_priced<const PRICED: bool>(
+        &self,
+        parts: &[FirstTokenPart],
+        request: &RequestView<'_>,
+        candidates: &Candidates<'_>,
+        columns: &mut [f64],
+        stride: usize,
+    ) {
         use FirstTokenPart::{Affinity, Decode, DelayToOthers, Prefill, Queue};
-        let rows = FirstTokenRows::new(self, request, candidates);
+        let rows = FirstTokenRows::<PRICED>::new(self, request, candidates);
         let all = self.shared_for(&rows, parts.iter().copied());
         if parts == [Queue, Prefill, Decode, DelayToOthers, Affinity] && columns.len() >= 5 * stride
         {
@@ -1196,11 +1219,12 @@ impl FirstToken {
                 .zip(affinity.iter_mut());
             for (((((q, p), d), o), a), (r, s)) in costs.zip(rows.iter()) {
                 let t = FirstTokenTerms::of(&r, &rows);
-                *q = self.part_cost(Queue, &t, &s, || 0.0, &all);
-                *p = self.part_cost(Prefill, &t, &s, || 0.0, &all);
-                *d = self.part_cost(Decode, &t, &s, || 0.0, &all);
-                *o = self.part_cost(DelayToOthers, &t, &s, || rows.estimate(&r, &s), &all);
-                *a = self.part_cost(Affinity, &t, &s, || 0.0, &all);
+                *q = self.part_cost::<PRICED>(Queue, &t, &s, || 0.0, &all);
+                *p = self.part_cost::<PRICED>(Prefill, &t, &s, || 0.0, &all);
+                *d = self.part_cost::<PRICED>(Decode, &t, &s, || 0.0, &all);
+                *o =
+                    self.part_cost::<PRICED>(DelayToOthers, &t, &s, || rows.estimate(&r, &s), &all);
+                *a = self.part_cost::<PRICED>(Affinity, &t, &s, || 0.0, &all);
             }
             return;
         }
@@ -1208,7 +1232,7 @@ impl FirstToken {
             let t = FirstTokenTerms::of(&r, &rows);
             for (p, &part) in parts.iter().enumerate() {
                 columns[p * stride + k] =
-                    self.part_cost(part, &t, &s, || rows.estimate(&r, &s), &all);
+                    self.part_cost::<PRICED>(part, &t, &s, || rows.estimate(&r, &s), &all);
             }
         }
     }
