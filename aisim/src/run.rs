@@ -1,7 +1,7 @@
 //! One engine replay: a workload, an engine configuration and a placement, through aisimulate's
 //! replayer; and what the replay measured, in the terms `cargo replay` reports.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 
 use aisimulate_core::engine::{Backend, EngineConfig, TimingModelConfig};
 use aisimulate_core::replay::loadgen::{MooncakeRow, ReplayRequestHashes, Trace as EngineTrace};
@@ -332,9 +332,10 @@ impl Summary {
 const WINDOW_MS: f64 = 10_000.0;
 
 /// Mean over 10 s windows of max/mean uncached prompt tokens admitted per worker (1 is perfect):
-/// the prefill work each worker was handed, from the per-request records.
+/// the prefill work each worker was handed, from the per-request records. The windows are summed
+/// in time order (a hash map's order changed the last bits from run to run).
 fn imbalance(report: &ReplayReport, workers: usize) -> f64 {
-    let mut windows: HashMap<u64, Vec<f64>> = HashMap::new();
+    let mut windows: BTreeMap<u64, Vec<f64>> = BTreeMap::new();
     for r in &report.per_request {
         if r.terminal_status != ReplayTerminalStatus::Completed {
             continue;

@@ -130,6 +130,31 @@ fn a_cache_aware_policy_reuses_more_than_round_robin() {
     }
 }
 
+/// A report's summary is a function of the report: the same replay summarized twice gives the
+/// same bits (the imbalance once summed its windows in a hash map's order, which differs from
+/// one map to the next, so its last bits changed between runs of the same binary).
+#[test]
+fn a_summary_is_the_same_every_time() {
+    let trace = Synthetic {
+        requests: 1500,
+        ..Synthetic::default()
+    }
+    .generate();
+    let engine = Engine::default();
+    let routing = Routing { mode: Mode::Exact };
+    let (report, _) = run::replay_libroute(&trace, 1.0, &engine, DEFAULT, routing).unwrap();
+    let first = run::Summary::new("default", &report, 0.5, engine.workers);
+    assert!(first.imbalance > 1.0, "{}", first.imbalance);
+    for _ in 0..20 {
+        let again = run::Summary::new("default", &report, 0.5, engine.workers);
+        assert_eq!(again.imbalance.to_bits(), first.imbalance.to_bits());
+        assert_eq!(
+            serde_json::to_string(&again).unwrap(),
+            serde_json::to_string(&first).unwrap()
+        );
+    }
+}
+
 #[test]
 fn bad_policies_and_engines_are_named() {
     let trace = Synthetic {
