@@ -494,11 +494,15 @@ def catalog():
         c = [min(r["cache"]["effective_tokens"], P) for r in rows]
         q = [r["load"]["active_prefill_tokens"] for r in rows]
         n = [r["load"]["active_requests"] for r in rows]
-        queued_ms, own_ms = 0.0, 0.0
+        # The crowd: the least wait any candidate has (queued prefill, plus the wait for KV room
+        # when priced), times the candidates, over their total own-prefill time.
+        own_ms = 0.0
+        least = math.inf
         for i in range(len(rows)):
-            queued_ms += a * float(q[i])
+            wait = a * float(q[i]) + a * kv[i] if capacity else a * float(q[i])
+            least = min(least, wait)
             own_ms += a * float(P - c[i])
-        crowd = queued_ms / own_ms if own_ms > 0.0 else 0.0
+        crowd = float(len(rows)) * least / own_ms if own_ms > 0.0 else 0.0
         busy = crowd / (1.0 + crowd)
         estimates = [b + a * float(q[i] + (P - c[i])) + k * float(n[i] + 1) for i in range(len(rows))]
         if capacity:
@@ -530,24 +534,30 @@ def catalog():
 
     speed = {"base_ms": 10.0, "ms_per_prefill_token": 0.5, "ms_per_active_request": 2.0}
     busy_rows = [row(1, 2, 1), row(2, 8, 3), row(3, 0, 0)]
+    loaded_rows = [row(1, 2, 1), row(2, 8, 3), row(3, 0, 2)]
     idle_rows = [candidate(1, cache=cache(8), load=load(0, 40, 4)),
                  candidate(2, cache=cache(0), load=load(0, 0, 0))]
     return [
-        case("catalog-ttft-busy", "ttft: queues make the crowd 1.25, so the delay to others and "
-             "the affinity gate weigh in; the idle worker 3 wins over worker 2, which holds the "
-             "longest prefix behind 300 queued tokens",
+        case("catalog-ttft-busy", "ttft: every worker queues, the least 100 tokens (50 ms), so the "
+             "crowd is 3 * 50 / (64 + 16 + 80) = 0.9375 and the delay to others and the affinity "
+             "gate weigh in",
+             {"type": "ttft", "speed": speed}, loaded_rows, ttft(loaded_rows, 10.0, 0.5, 2.0)),
+        case("catalog-ttft-slack", "ttft: worker 3 is idle, so no one need queue behind anyone "
+             "(crowd 0): no delay for those behind, no gate; worker 3 wins over worker 2, which "
+             "holds the longest prefix behind 300 queued tokens",
              {"type": "ttft", "speed": speed}, busy_rows, ttft(busy_rows, 10.0, 0.5, 2.0)),
         case("catalog-ttft-idle", "ttft on an idle fleet: crowd 0, no gate; the cached prefix "
              "(8 of 10 blocks) outweighs 4 active requests",
              {"type": "ttft", "speed": speed}, idle_rows, ttft(idle_rows, 10.0, 0.5, 2.0)),
         case("catalog-ttft-unit-speed", "ttft without any speed: 1 ms per prefill token",
-             {"type": "ttft", "others_weight": 2, "affinity_slack": 1}, busy_rows,
-             ttft(busy_rows, 0.0, 1.0, 0.0, others=2.0, slack=1.0)),
+             {"type": "ttft", "others_weight": 2, "affinity_slack": 1}, loaded_rows,
+             ttft(loaded_rows, 0.0, 1.0, 0.0, others=2.0, slack=1.0)),
         case("catalog-ttft-kv-room", "ttft with a KV capacity of 40 blocks: worker 2's 30 booked "
              "blocks (75% of its cache) wait for room, 16 * 30 * 0.75 = 360 prefill tokens more, "
-             "worker 1's 10 blocks 40 tokens, the idle worker 3's none",
-             {"type": "ttft", "speed": speed, "kv_capacity_blocks": 40}, busy_rows,
-             ttft(busy_rows, 10.0, 0.5, 2.0, capacity=40)),
+             "worker 1's 10 blocks 40 tokens, worker 3's 20 blocks 160; the least wait, worker "
+             "1's 70 ms, makes the crowd 3 * 70 / 160 = 1.3125",
+             {"type": "ttft", "speed": speed, "kv_capacity_blocks": 40}, loaded_rows,
+             ttft(loaded_rows, 10.0, 0.5, 2.0, capacity=40)),
         case("catalog-ttft-kv-room-unit-speed", "ttft with a KV capacity and no speed: the wait "
              "for room in prefill tokens, one past capacity (30 blocks of 20: 720 tokens)",
              {"type": "ttft", "kv_capacity_blocks": 20}, busy_rows,

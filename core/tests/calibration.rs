@@ -180,7 +180,10 @@ fn route_at_fills_speed_only_when_read_and_rejects_bad_times() {
 }
 
 /// Beside KV events, a prediction store credits the blocks of requests routed and not yet
-/// computed: the second request of a burst sharing a new prefix follows the first.
+/// computed: the second request of a burst sharing a new prefix follows the first. Both workers
+/// already have 256 prefill tokens queued, so no worker is idle and the requests queued behind
+/// weigh in (with an idle worker, waiting for the first's prefill and computing the prefix
+/// there take the same time, and the estimate ties).
 #[test]
 fn routed_blocks_are_credited_before_their_kv_events() {
     let p = policy(r#"{"type": "ttft"}"#);
@@ -201,14 +204,20 @@ fn routed_blocks_are_credited_before_their_kv_events() {
         .unwrap()
         .worker
     };
-    // Without the store, the second request sees an idle cold worker and the first's queue:
-    // it goes to the other one (nothing is cached anywhere yet).
-    let mut r = router(&[A, B]);
+    let busy = || {
+        let mut r = router(&[A, B]);
+        r.ledger.book(1001, A, 256, 16).unwrap();
+        r.ledger.book(1002, B, 256, 16).unwrap();
+        r
+    };
+    // Without the store, the second request sees the first's queue and no prefix anywhere: it
+    // goes to the other worker.
+    let mut r = busy();
     let first = route(None, &mut r, 1);
     let second = route(None, &mut r, 2);
     assert_ne!(first, second);
     // With it, the first request's blocks count as cached on its worker.
-    let mut r = router(&[A, B]);
+    let mut r = busy();
     let mut store = predictions(10_000);
     let first = route(Some(&mut store), &mut r, 1);
     let second = route(Some(&mut store), &mut r, 2);

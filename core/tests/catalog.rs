@@ -602,38 +602,45 @@ fn ttft_estimates_each_candidates_first_token_and_explains_its_parts() {
         ms_per_active_request: 2.0,
     };
     // Prompt 160 tokens. Worker 1: 32 cached, 100 queued, 1 active; worker 2: 128 cached, 300
-    // queued, 3 active; worker 3: idle and cold.
+    // queued, 3 active; worker 3: cold, 200 queued, 2 active.
     let rows = [
         row(1, 2, 1).with_speed(speed),
         row(2, 8, 3).with_speed(speed),
-        row(3, 0, 0).with_speed(speed),
+        row(3, 0, 2).with_speed(speed),
     ];
     let mut why = [Explanation::EMPTY; 3];
     let s = p
         .select_explained(&mut Selector::<8>::new(), &REQ, &rows, &mut why)
         .unwrap();
     // queue = 10 + 0.5 q; prefill = 0.5 (160 - c); decode = 2 (n + 1); the estimates (their
-    // sum) are 128, 184 and 92, mean 404 / 3; crowd = (50 + 150 + 0) / (64 + 16 + 80) = 1.25;
-    // others = 1.25 * estimate / mean * 0.5 (160 - c) + 2 n (1 + n / (4 / 3 + 1)), the mean of
-    // the active requests being 4 / 3; the longest prefix is 128 tokens, so workers 1 and 3
-    // (below 64) pay the gate: 0.5 * (1.25 / 2.25) * 92 (the best estimate).
-    let mean = (128.0 + 184.0 + 92.0) / 3.0;
-    let mean_active = (1.0 + 3.0 + 0.0) / 3.0;
+    // sum) are 128, 184 and 196, mean 508 / 3; every worker queues, the least 50 ms, so
+    // crowd = 3 * 50 / (64 + 16 + 80) = 0.9375; others = 0.9375 * estimate / mean * 0.5 (160 -
+    // c) + 2 n (1 + n / (2 + 1)), the mean of the active requests being 2; the longest prefix
+    // is 128 tokens, so workers 1 and 3 (below 64) pay the gate: 0.5 * (0.9375 / 1.9375) * 128
+    // (the best estimate).
+    let mean = (128.0 + 184.0 + 196.0) / 3.0;
+    let mean_active = (1.0 + 3.0 + 2.0) / 3.0;
     let others = |estimate: f64, uncached: f64, n: f64| {
-        1.25 * estimate / mean * 0.5 * uncached + 2.0 * (n * (1.0 + n / (mean_active + 1.0)))
+        0.9375 * estimate / mean * 0.5 * uncached + 2.0 * (n * (1.0 + n / (mean_active + 1.0)))
     };
-    let gate = 0.5 * (1.25 / 2.25) * 92.0;
+    let gate = 0.5 * (0.9375 / 1.9375) * 128.0;
     let expected = [
         [60.0, 64.0, 4.0, others(128.0, 128.0, 1.0), gate],
         [160.0, 16.0, 8.0, others(184.0, 32.0, 3.0), 0.0],
-        [10.0, 80.0, 2.0, others(92.0, 160.0, 0.0), gate],
+        [110.0, 80.0, 6.0, others(196.0, 160.0, 2.0), gate],
     ];
     for (e, w) in expected.iter().zip(&why) {
         assert_eq!(w.contributions(), e);
     }
-    // The idle worker wins: its short estimate also makes its uncached prefill delay few others.
+    // Worker 1 wins: the shortest estimate, though the gate charges it for the prefix it lacks.
+    assert_eq!(s.worker.worker_id, 1);
+    assert_eq!(s.cost, expected[0].iter().fold(0.0, |t, c| t + c));
+    // With worker 3 idle instead, no one need queue behind anyone: crowd 0, no delay for those
+    // behind and no gate, and the idle worker's estimate (92) wins.
+    let rows = [rows[0], rows[1], row(3, 0, 0).with_speed(speed)];
+    let (s, c) = costs(&p, &REQ, &rows);
     assert_eq!(s.worker.worker_id, 3);
-    assert_eq!(s.cost, expected[2].iter().fold(0.0, |t, c| t + c));
+    assert_eq!(c[2], 92.0);
 }
 
 /// A speed in the configuration overrides the rows'; a row without one takes the mean of those

@@ -753,10 +753,15 @@ pub enum FirstTokenPart {
     ///
     /// Its uncached prefill delays the requests that queue behind it before it ends: the fleet's
     /// arrival rate times how long it takes there, by Little's law `behind = crowd * estimate /
-    /// mean estimate`, where `crowd`, the requests waiting per worker, is the candidates' mean
-    /// queued prefill time over their mean own-prefill time for this request (0 on an idle
-    /// fleet; it grows with the queues, so prefix reuse weighs more as the fleet fills up, and an
-    /// idle worker's short estimate keeps it attractive).
+    /// mean estimate`, where `crowd`, the requests waiting per worker that the router cannot
+    /// route around, is the least wait any candidate has (its queued prefill time, plus its wait
+    /// for KV room when priced) over the candidates' mean own-prefill time for this request. It
+    /// is 0 while some candidate has no wait: a fleet with slack sends new requests there, so no
+    /// one queues behind this one. The mean wait would read the queues of workers the requests
+    /// pile onto as pressure on the whole fleet, and make the cached prefix weigh more exactly
+    /// when the fleet has room elsewhere, so that the pile grew. It grows with the shortest
+    /// queue, so prefix reuse weighs more as the whole fleet fills up, and an idle worker's short
+    /// estimate keeps it attractive.
     ///
     /// Its decode shares the worker's passes with the first tokens of the requests that start
     /// there during its life, each delayed by `ms_per_active_request`: about as many as are
@@ -923,10 +928,17 @@ impl<'a, const PRICED: bool> FirstTokenRows<'a, PRICED> {
 
     /// The candidates' aggregates, in one pass.
     fn summary(&self) -> FirstTokenSummary {
-        let (mut queued_ms, mut own_ms, mut estimates, mut active) = (0.0, 0.0, 0.0, 0.0);
-        let (mut longest, mut best) = (0, f64::INFINITY);
+        let (mut own_ms, mut estimates, mut active) = (0.0, 0.0, 0.0);
+        let (mut longest, mut best, mut least_wait) = (0, f64::INFINITY, f64::INFINITY);
         for (r, s) in self.iter() {
-            queued_ms += s.ms_per_prefill_token * as_cost(r.queued);
+            let wait = with_kv_wait::<PRICED>(
+                s.ms_per_prefill_token * as_cost(r.queued),
+                &s,
+                self.kv.wait(r.blocks),
+            );
+            if wait < least_wait {
+                least_wait = wait;
+            }
             own_ms += s.ms_per_prefill_token * as_cost(self.prompt - r.cached);
             let estimate = self.estimate(&r, &s);
             estimates += estimate;
@@ -941,7 +953,7 @@ impl<'a, const PRICED: bool> FirstTokenRows<'a, PRICED> {
         let n = as_cost(self.order.len() as u64);
         FirstTokenSummary {
             crowd: if own_ms > 0.0 {
-                queued_ms / own_ms
+                n * least_wait / own_ms
             } else {
                 0.0
             },
@@ -955,8 +967,9 @@ impl<'a, const PRICED: bool> FirstTokenRows<'a, PRICED> {
 
 /// What the delay to others and the affinity gate need of all the candidates.
 struct FirstTokenSummary {
-    /// How many requests, on average over the candidates, wait for prefill work already queued:
-    /// the candidates' mean queued prefill time over their mean time to prefill this request.
+    /// How many requests wait per worker that the router cannot route around: the least wait
+    /// (queued prefill, and KV room when priced) over the candidates' mean time to prefill this
+    /// request.
     crowd: f64,
     /// The candidates' mean estimate.
     mean_estimate: f64,
