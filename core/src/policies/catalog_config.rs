@@ -12,9 +12,9 @@
 //! `dynamo_two_tier` (`spread`, `ratio`, `coverage`), `sglang_cache_aware` (`abs_threshold`,
 //! `rel_threshold`, `match_threshold`), `llm_d` (`prefix_weight`, `kv_utilization_weight`,
 //! `queue_weight`, `kv_capacity_blocks`, `host_credit`, `disk_credit`), libroute's own `ttft`
-//! (`speed`, `others_weight`, `affinity_share`, `affinity_slack`, `kv_capacity_blocks`), and `composed` (`filters`,
-//! `scorers`, `picker`). Every type but `default` also takes `filters` (a list of
-//! `require_taints`, `overload`, `allow_list`) and `seed`.
+//! (`speed`, `others_weight`, `affinity_share`, `affinity_slack`, `kv_capacity_blocks`), and
+//! `composed` (`filters`, `scorers`, `picker`). Every type but `default` also takes `filters` (a
+//! list of `require_taints`, `overload`, `allow_list`) and `seed`.
 //!
 //! Named instances per role (omitted roles use the default policy):
 //!
@@ -455,6 +455,21 @@ fn at_least(parameter: &'static str, value: f64, lo: f64) -> Result<f64, Catalog
     check(parameter, value, Range::AtLeast(lo))
 }
 
+/// A count that must be at least 1 (a capacity, a number of choices).
+fn at_least_one<T: PartialEq + Default>(
+    parameter: &'static str,
+    value: T,
+) -> Result<T, CatalogError> {
+    if value == T::default() {
+        return Err(CatalogError::OutOfRange {
+            parameter,
+            value: 0.0,
+            range: Range::AtLeast(1.0),
+        });
+    }
+    Ok(value)
+}
+
 impl TwoTierParams {
     fn build(self) -> Result<DynamoTwoTier, CatalogError> {
         let d = DynamoTwoTier::default();
@@ -551,21 +566,15 @@ impl ScorerConfig {
             ScorerConfig::KvUtilization {
                 weight,
                 capacity_blocks,
-            } => {
-                if *capacity_blocks == 0 {
-                    return Err(CatalogError::OutOfRange {
-                        parameter: "kv_utilization.capacity_blocks",
-                        value: 0.0,
-                        range: Range::AtLeast(1.0),
-                    });
-                }
-                (
-                    *weight,
-                    BuiltinScorer::KvUtilization(KvUtilizationScore {
-                        capacity_blocks: *capacity_blocks,
-                    }),
-                )
-            }
+            } => (
+                *weight,
+                BuiltinScorer::KvUtilization(KvUtilizationScore {
+                    capacity_blocks: at_least_one(
+                        "kv_utilization.capacity_blocks",
+                        *capacity_blocks,
+                    )?,
+                }),
+            ),
             ScorerConfig::Queue { weight } => (*weight, BuiltinScorer::Queue(QueueScore)),
             ScorerConfig::SessionAffinity { weight } => {
                 (*weight, BuiltinScorer::SessionAffinity(SessionAffinity))
@@ -649,14 +658,7 @@ impl PickerConfig {
             PickerConfig::Random => BuiltinPicker::Random(RandomPicker),
             PickerConfig::RoundRobin => BuiltinPicker::RoundRobin(RoundRobinPicker),
             PickerConfig::PowerOfChoices { k } => {
-                let k = k.unwrap_or(2);
-                if k == 0 {
-                    return Err(CatalogError::OutOfRange {
-                        parameter: "k",
-                        value: 0.0,
-                        range: Range::AtLeast(1.0),
-                    });
-                }
+                let k = at_least_one("k", k.unwrap_or(2))?;
                 BuiltinPicker::PowerOfChoices(PowerOfChoices { k })
             }
         })
@@ -986,13 +988,10 @@ impl PolicyConfig {
                 seed,
             } => {
                 let d = FirstToken::new(FirstTokenPart::Queue);
-                if *kv_capacity_blocks == Some(0) {
-                    return Err(CatalogError::OutOfRange {
-                        parameter: "kv_capacity_blocks",
-                        value: 0.0,
-                        range: Range::AtLeast(1.0),
-                    });
-                }
+                let kv_capacity_blocks = kv_capacity_blocks
+                    .map(|c| at_least_one("kv_capacity_blocks", c))
+                    .transpose()?
+                    .unwrap_or(d.kv_capacity_blocks);
                 let model = FirstToken {
                     speed: speed.map(SpeedConfig::build).transpose()?,
                     others_weight: at_least(
@@ -1011,7 +1010,7 @@ impl PolicyConfig {
                         affinity_slack.unwrap_or(d.affinity_slack),
                         0.0,
                     )?,
-                    kv_capacity_blocks: kv_capacity_blocks.unwrap_or(d.kv_capacity_blocks),
+                    kv_capacity_blocks,
                     ..d
                 };
                 let mut scorers = List::<WeightedScorer, MAX_SCORERS>::new();
