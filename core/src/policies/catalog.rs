@@ -917,13 +917,20 @@ impl<'a, const PRICED: bool> FirstTokenRows<'a, PRICED> {
         })
     }
 
-    /// The estimated time to first token of this request on a candidate.
-    fn estimate(&self, r: &FirstTokenRow, s: &Speed) -> f64 {
+    /// The wait for KV room of a candidate, prefill tokens (0 when not priced).
+    #[inline]
+    fn kv_wait(&self, r: &FirstTokenRow) -> f64 {
+        if PRICED { self.kv.wait(r.blocks) } else { 0.0 }
+    }
+
+    /// The estimated time to first token of this request on a candidate whose wait for KV room
+    /// is `kv_wait` ([`FirstTokenRows::kv_wait`]).
+    fn estimate(&self, r: &FirstTokenRow, s: &Speed, kv_wait: f64) -> f64 {
         let ms = s.first_token_ms(
             r.queued.saturating_add(self.prompt - r.cached),
             r.active.saturating_add(1),
         );
-        with_kv_wait::<PRICED>(ms, s, self.kv.wait(r.blocks))
+        with_kv_wait::<PRICED>(ms, s, kv_wait)
     }
 
     /// The candidates' aggregates, in one pass.
@@ -931,16 +938,14 @@ impl<'a, const PRICED: bool> FirstTokenRows<'a, PRICED> {
         let (mut own_ms, mut estimates, mut active) = (0.0, 0.0, 0.0);
         let (mut longest, mut best, mut least_wait) = (0, f64::INFINITY, f64::INFINITY);
         for (r, s) in self.iter() {
-            let wait = with_kv_wait::<PRICED>(
-                s.ms_per_prefill_token * as_cost(r.queued),
-                &s,
-                self.kv.wait(r.blocks),
-            );
+            let kv_wait = self.kv_wait(&r);
+            let wait =
+                with_kv_wait::<PRICED>(s.ms_per_prefill_token * as_cost(r.queued), &s, kv_wait);
             if wait < least_wait {
                 least_wait = wait;
             }
             own_ms += s.ms_per_prefill_token * as_cost(self.prompt - r.cached);
-            let estimate = self.estimate(&r, &s);
+            let estimate = self.estimate(&r, &s, kv_wait);
             estimates += estimate;
             active += as_cost(r.active);
             if r.cached > longest {
@@ -1063,7 +1068,7 @@ impl FirstTokenTerms {
             active: as_cost(r.active),
             decode: as_cost(r.active.saturating_add(1)),
             cached: r.cached,
-            kv_wait: if PRICED { rows.kv.wait(r.blocks) } else { 0.0 },
+            kv_wait: rows.kv_wait(r),
         }
     }
 }
@@ -1183,7 +1188,13 @@ impl FirstToken {
         let all = self.shared_for(&rows, core::iter::once(self.part));
         for (cost, (r, s)) in costs.iter_mut().zip(rows.iter()) {
             let t = FirstTokenTerms::of(&r, &rows);
-            *cost = self.part_cost::<PRICED>(self.part, &t, &s, || rows.estimate(&r, &s), &all);
+            *cost = self.part_cost::<PRICED>(
+                self.part,
+                &t,
+                &s,
+                || rows.estimate(&r, &s, t.kv_wait),
+                &all,
+            );
         }
     }
 
@@ -1235,8 +1246,13 @@ impl FirstToken {
                 *q = self.part_cost::<PRICED>(Queue, &t, &s, || 0.0, &all);
                 *p = self.part_cost::<PRICED>(Prefill, &t, &s, || 0.0, &all);
                 *d = self.part_cost::<PRICED>(Decode, &t, &s, || 0.0, &all);
-                *o =
-                    self.part_cost::<PRICED>(DelayToOthers, &t, &s, || rows.estimate(&r, &s), &all);
+                *o = self.part_cost::<PRICED>(
+                    DelayToOthers,
+                    &t,
+                    &s,
+                    || rows.estimate(&r, &s, t.kv_wait),
+                    &all,
+                );
                 *a = self.part_cost::<PRICED>(Affinity, &t, &s, || 0.0, &all);
             }
             return;
@@ -1244,8 +1260,13 @@ impl FirstToken {
         for (k, (r, s)) in rows.iter().enumerate() {
             let t = FirstTokenTerms::of(&r, &rows);
             for (p, &part) in parts.iter().enumerate() {
-                columns[p * stride + k] =
-                    self.part_cost::<PRICED>(part, &t, &s, || rows.estimate(&r, &s), &all);
+                columns[p * stride + k] = self.part_cost::<PRICED>(
+                    part,
+                    &t,
+                    &s,
+                    || rows.estimate(&r, &s, t.kv_wait),
+                    &all,
+                );
             }
         }
     }
