@@ -457,3 +457,161 @@ proptest! {
         }
     }
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 1500, ..ProptestConfig::default() })]
+
+    /// The two-mode rules' loop over a tidy fleet (the few odd rows taken apart, declining when
+    /// there are many or a load reaches 2^53) selects as the general pipeline does.
+    #[test]
+    fn two_mode_rules_over_a_fleet_with_a_few_odd_rows_select_exactly_as_the_general_pipeline(
+        mut rows in few_odd_fleet(),
+        huge in proptest::option::of((0usize..400, 0u64..3)),
+        extreme in any::<bool>(),
+        sglang in any::<bool>(),
+        spread in prop::sample::select(vec![0u64, 2, 32, 64]),
+        ratio in prop::sample::select(vec![1.0, 1.1, 1.5]),
+        share in prop::sample::select(vec![0.0, 0.3, 0.5, 1.0]),
+        prompt in prop::sample::select(vec![0u64, 64, 256, 1024, 2048]),
+        picker in prop::sample::select(vec![0u32, 1, 2]),
+        required in prop::sample::select(vec![0u64, 0, 0, 1]),
+        seed in proptest::option::of(any::<u64>()), entropy in any::<u64>(),
+    ) {
+        // The odd rows (flags other than the middle row's) at the extremes: the most active
+        // requests and device blocks, and (when they carry no load projection) the least load,
+        // so a range or overlap that missed them would decide differently.
+        if extreme {
+            let middle = rows[rows.len() / 2].flags;
+            for row in &mut rows {
+                if row.flags == middle {
+                    row.active_requests += 1;
+                } else {
+                    row.active_requests = 1000;
+                    row.device_blocks = 100;
+                }
+            }
+        }
+        // A load at or just below 2^53, where floats stop holding every integer.
+        if let Some((at, k)) = huge {
+            let n = rows.len();
+            rows[at % n].active_requests = (1 << 53) - 1 + k;
+        }
+        let scorer = if sglang {
+            BuiltinScorer::SglangCacheAware(SglangCacheAware {
+                abs_threshold: spread,
+                rel_threshold: ratio,
+                match_threshold: share,
+            })
+        } else {
+            BuiltinScorer::DynamoTwoTier(DynamoTwoTier { spread, ratio, coverage: share })
+        };
+        let scorer = WeightedScorer { scorer, weight: 1.0 };
+        let request = Request::new(prompt, 16).required_taints(TaintSet(required));
+        let picker = match picker {
+            0 => BuiltinPicker::Default(DefaultPicker { temperature: 0.0 }),
+            1 => BuiltinPicker::Default(DefaultPicker { temperature: 0.7 }),
+            _ => BuiltinPicker::MinCost(MinCostPicker),
+        };
+        let fused = Policy::new((), (scorer,), picker.clone()).unwrap().with_seed(seed);
+        let general = Policy::new((), (General(scorer),), picker).unwrap().with_seed(seed);
+        let mut a = Box::new(Selector::<512>::with_entropy(entropy));
+        let mut b = Box::new(Selector::<512>::with_entropy(entropy));
+        for _ in 0..2 {
+            let x = outcome(fused.select(&mut a, &request, &rows), &a);
+            let y = outcome(general.select(&mut b, &request, &rows), &b);
+            prop_assert_eq!(&x, &y);
+        }
+    }
+}
+
+/// Loads beyond 2^53, where floats round: 2^53 + 1 rounds down to 2^53 and 2^53 + 35 up to
+/// 2^53 + 36, so a range read from floats would be 36 where it is 34, and the two-mode rules
+/// (spread 34) would route by load where they route toward the overlap. The tidy fleet's loop
+/// declines such loads and the per-row loop decides, as the general pipeline does.
+#[test]
+fn two_mode_rules_take_loads_beyond_2_pow_53_exactly() {
+    let rows: Vec<Row> = (0..64u64)
+        .map(|i| {
+            Row::new(WorkerKey::new(i, 0))
+                .with_cache(Cache {
+                    device_blocks: u32::try_from(i % 8).unwrap(),
+                    ..Cache::default()
+                })
+                .with_load(Load {
+                    available: true,
+                    active_requests: (1 << 53) + [1, 35, 10][(i % 3) as usize],
+                    ..Load::default()
+                })
+        })
+        .collect();
+    let request = Request::new(128, 16);
+    for scorer in [
+        BuiltinScorer::DynamoTwoTier(DynamoTwoTier {
+            spread: 34,
+            ratio: 1.0,
+            coverage: 0.5,
+        }),
+        BuiltinScorer::SglangCacheAware(SglangCacheAware {
+            abs_threshold: 34,
+            rel_threshold: 1.0,
+            match_threshold: 0.5,
+        }),
+    ] {
+        let scorer = WeightedScorer {
+            scorer,
+            weight: 1.0,
+        };
+        let picker = BuiltinPicker::MinCost(MinCostPicker);
+        let fused = Policy::new((), (scorer,), picker.clone()).unwrap();
+        let general = Policy::new((), (General(scorer),), picker).unwrap();
+        let mut a = Selector::<64>::with_entropy(1);
+        let mut b = Selector::<64>::with_entropy(1);
+        let x = outcome(fused.select(&mut a, &request, &rows), &a);
+        let y = outcome(general.select(&mut b, &request, &rows), &b);
+        assert_eq!(x, y);
+        // Toward the overlap: the rows holding 7 blocks cost 0.
+        assert_eq!(x.unwrap().0.cost, 0.0);
+    }
+}
+
+/// A tidy fleet's odd row counts through its own masks only: row 5 carries no load projection
+/// (its stale count of 1,000 is not a load), so the loads span 0 to 20, within the spread of
+/// 64, and the two-mode rules route toward the overlap.
+#[test]
+fn two_mode_rules_read_an_odd_row_through_its_own_masks() {
+    let mut rows: Vec<Row> = (0..64u64)
+        .map(|i| {
+            Row::new(WorkerKey::new(i, 0))
+                .with_cache(Cache {
+                    device_blocks: u32::try_from(i % 8).unwrap(),
+                    ..Cache::default()
+                })
+                .with_load(Load {
+                    available: true,
+                    active_requests: 1 + i % 20,
+                    ..Load::default()
+                })
+        })
+        .collect();
+    rows[5].flags = RowFlags(rows[5].flags.0 & !RowFlags::HAS_LOAD.0);
+    rows[5].active_requests = 1000;
+    let request = Request::new(128, 16);
+    let scorer = BuiltinScorer::DynamoTwoTier(DynamoTwoTier {
+        spread: 64,
+        ratio: 1.1,
+        coverage: 0.5,
+    });
+    let scorer = WeightedScorer {
+        scorer,
+        weight: 1.0,
+    };
+    let picker = BuiltinPicker::MinCost(MinCostPicker);
+    let fused = Policy::new((), (scorer,), picker.clone()).unwrap();
+    let general = Policy::new((), (General(scorer),), picker).unwrap();
+    let mut a = Selector::<64>::with_entropy(1);
+    let mut b = Selector::<64>::with_entropy(1);
+    let x = outcome(fused.select(&mut a, &request, &rows), &a);
+    let y = outcome(general.select(&mut b, &request, &rows), &b);
+    assert_eq!(x, y);
+    assert_eq!(x.unwrap().0.cost, 0.0);
+}

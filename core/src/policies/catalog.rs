@@ -15,9 +15,10 @@ use crate::engine::{
     Scorers, Verdict,
 };
 use crate::engine::{LEFT_OUT, MAX_SCORERS, compact_left_out, mark_unfiltered, refusal_among};
+use crate::policies::default::{ODD_BLOCK, ODD_SHARE, tidy_reference};
 use crate::policies::{DefaultCost, DefaultPicker};
 use crate::vocab::{Candidates, RequestView, RowView, WorkerInputs};
-use crate::vocab::{Leg, Load, Row, Speed, TaintSet, WorkerKey};
+use crate::vocab::{Leg, Load, Row, RowFlags, Speed, TaintSet, WorkerKey};
 
 /// Which load figure a load-based component reads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -197,6 +198,31 @@ fn two_mode_one_pass(
     (spread, ratio): (u64, f64),
     share: f64,
 ) -> Option<usize> {
+    let uniform = tidy_reference(rows)
+        .filter(|_| request.required_taints() == TaintSet::EMPTY)
+        .and_then(|reference| two_mode_uniform(rows, reference, order, costs));
+    let (m, lo, hi, best) = match uniform {
+        Some(taken) => taken,
+        None => two_mode_rows(request, rows, order, costs)?,
+    };
+    let covers = as_cost(best) / as_cost(request.request_blocks()) > share;
+    // `two_mode`'s `by_load`, negated: toward the overlap.
+    if !imbalanced(lo, hi, spread, ratio) && covers {
+        for (cost, &i) in costs[..m].iter_mut().zip(&order[..m]) {
+            *cost = as_cost(best - u64::from(rows[i as usize].cache().device_blocks));
+        }
+    }
+    Some(m)
+}
+
+/// [`two_mode_one_pass`]'s admission, loads and figures for any fleet: each row through its own
+/// masks, with the engine's admission ([`one_pass`]).
+fn two_mode_rows(
+    request: &RequestView<'_>,
+    rows: &[Row],
+    order: &mut [u32],
+    costs: &mut [f64],
+) -> Option<(usize, u64, u64, u64)> {
     let metric = LoadMetric::ActiveRequests;
     let (mut lo, mut hi, mut best) = (u64::MAX, 0, 0);
     let m = one_pass(request, rows, order, costs, |row, kept| {
@@ -209,14 +235,120 @@ fn two_mode_one_pass(
         best = best.max(u64::from(row.cache().device_blocks) & keep);
         as_cost(load)
     })?;
-    let covers = as_cost(best) / as_cost(request.request_blocks()) > share;
-    // `two_mode`'s `by_load`, negated: toward the overlap.
-    if !imbalanced(lo, hi, spread, ratio) && covers {
-        for (cost, &i) in costs[..m].iter_mut().zip(&order[..m]) {
-            *cost = as_cost(best - u64::from(rows[i as usize].cache().device_blocks));
+    Some((m, lo, hi, best))
+}
+
+/// [`two_mode_one_pass`] over a tidy fleet (the default cost's [`tidy_reference`]) for a request
+/// that requires no taint: the rows with `reference`'s flags (not overloaded) are candidates,
+/// read through the fleet's masks in a loop without per-row branches, whose minima and maxima
+/// are floats (packed instructions; SSE2 has no 64-bit integer ones, and a float holds every
+/// load below 2^53, checked, exactly). The few rows with other flags (odd) are found after it, a
+/// block of [`ODD_BLOCK`] rows' flags at a time, and taken through their own masks and
+/// admission. Returns the candidates (compacted in `order` and `costs`), the load range and the
+/// best device overlap; `None`, for the per-row loop to decide, when more than one row in
+/// [`ODD_SHARE`] is odd, a row is invalid, a load reaches 2^53, no row is a candidate, or the
+/// fleet does not fit `order` and `costs`.
+fn two_mode_uniform(
+    rows: &[Row],
+    reference: &Row,
+    order: &mut [u32],
+    costs: &mut [f64],
+) -> Option<(usize, u64, u64, u64)> {
+    let n = rows.len();
+    let flags = reference.flags;
+    if n > LEFT_OUT as usize || order.len() < n || costs.len() < n || reference.is_overloaded() {
+        return None;
+    }
+    let (order, costs) = (&mut order[..n], &mut costs[..n]);
+    let masks = |flags: RowFlags| {
+        (
+            0u64.wrapping_sub(u64::from(flags.contains(RowFlags::HAS_LOAD))),
+            0u32.wrapping_sub(u32::from(flags.contains(RowFlags::HAS_CACHE))),
+        )
+    };
+    let (load_mask, dev_mask) = masks(flags);
+    let (mut odd, mut invalid, mut high) = (0u32, false, 0u64);
+    let (mut lo, mut hi, mut best) = (f64::INFINITY, 0.0_f64, 0u32);
+    for (i, ((row, cost), slot)) in rows
+        .iter()
+        .zip(costs.iter_mut())
+        .zip(order.iter_mut())
+        .enumerate()
+    {
+        let other = row.flags.0 ^ flags.0;
+        odd |= other;
+        invalid |= row.has_invalid_estimate();
+        // An odd row adds nothing here (infinity to the minimum, zero to the maxima).
+        let same = other == 0;
+        let load = row.active_requests & load_mask;
+        high |= load;
+        let c = as_cost(load);
+        let (low, top) = if same { (c, c) } else { (f64::INFINITY, 0.0) };
+        lo = if low < lo { low } else { lo };
+        hi = if top > hi { top } else { hi };
+        best = best.max(row.device_blocks & dev_mask & 0u32.wrapping_sub(u32::from(same)));
+        *cost = c;
+        #[allow(clippy::cast_possible_truncation, reason = "n <= 2^31")]
+        {
+            *slot = i as u32;
         }
     }
-    Some(m)
+    let (mut all_flags, mut left_out) = (flags.0, 0usize);
+    if odd != 0 {
+        let (mut odd_rows, most) = (0, n / ODD_SHARE);
+        for (b, block) in rows.chunks(ODD_BLOCK).enumerate() {
+            if block
+                .iter()
+                .fold(0, |odd, row| odd | (row.flags.0 ^ flags.0))
+                == 0
+            {
+                continue;
+            }
+            for (j, row) in block.iter().enumerate() {
+                if row.flags == flags {
+                    continue;
+                }
+                odd_rows += 1;
+                if odd_rows > most {
+                    return None;
+                }
+                let i = b * ODD_BLOCK + j;
+                all_flags |= row.flags.0;
+                if row.is_overloaded() {
+                    order[i] |= LEFT_OUT;
+                    left_out += 1;
+                    continue;
+                }
+                let (load_mask, dev_mask) = masks(row.flags);
+                let load = row.active_requests & load_mask;
+                high |= load;
+                let c = as_cost(load);
+                costs[i] = c;
+                lo = if c < lo { c } else { lo };
+                hi = if c > hi { c } else { hi };
+                best = best.max(row.device_blocks & dev_mask);
+            }
+        }
+    }
+    if invalid
+        || all_flags & !RowFlags::ALL.0 != 0
+        || high >> 53 != 0
+        || left_out == n
+        || (all_flags & RowFlags::HAS_SPEED.0 != 0 && rows.iter().any(Row::has_invalid_speed))
+    {
+        return None;
+    }
+    let m = if left_out == 0 {
+        n
+    } else {
+        compact_left_out(order, costs)
+    };
+    #[allow(
+        clippy::cast_possible_truncation,
+        clippy::cast_sign_loss,
+        reason = "whole numbers below 2^53: exact"
+    )]
+    Some((m, lo as u64, hi as u64, u64::from(best)))
 }
 
 /// Writes the cost of a two-mode decision: by load, or toward the largest device overlap.

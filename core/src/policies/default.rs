@@ -642,17 +642,19 @@ fn admit_and_cost_with<const M: u16>(
     Some(compact_left_out(order, costs))
 }
 
-/// [`Mode::UNIFORM`]'s loop takes a fleet with at most one row in this many odd.
-const ODD_SHARE: usize = 16;
+/// [`Mode::UNIFORM`]'s loop (and the catalog's loops over tidy fleets) takes a fleet with at
+/// most one row in this many odd.
+pub(crate) const ODD_SHARE: usize = 16;
 
-/// Rows per block of the odd rows' search after [`Mode::UNIFORM`]'s loop.
-const ODD_BLOCK: usize = 16;
+/// Rows per block of the odd rows' search after [`Mode::UNIFORM`]'s loop (and the catalog's
+/// loops over tidy fleets).
+pub(crate) const ODD_BLOCK: usize = 16;
 
-/// The row whose flags [`Mode::UNIFORM`]'s loop takes as the fleet's: among [`TIDY_SAMPLE`]
-/// rows spread over `rows` (the first and last among them), the first or second sampled row
-/// when all the others but at most one have its flags and it is not overloaded. `None` for a
-/// fleet that shows many odd rows there.
-fn tidy_reference(rows: &[Row]) -> Option<&Row> {
+/// The row whose flags [`Mode::UNIFORM`]'s loop (and the catalog's loops over tidy fleets) takes
+/// as the fleet's: among [`TIDY_SAMPLE`] rows spread over `rows` (the first and last among
+/// them), the first or second sampled row when all the others but at most one have its flags
+/// and it is not overloaded. `None` for a fleet that shows many odd rows there.
+pub(crate) fn tidy_reference(rows: &[Row]) -> Option<&Row> {
     // Odd, so rows of a period of 2 or 10 (every other worker, one in ten) are not all missed.
     let stride = (rows.len() / TIDY_SAMPLE).max(1) | 1;
     let sample = || rows.iter().step_by(stride).chain(rows.last());
