@@ -166,6 +166,45 @@ fn outcome<const N: usize>(
     })
 }
 
+/// Picker `i` of the catalog tests: the default at T = 0 and 0.7, the least cost, two choices.
+fn picker_of(i: u32) -> BuiltinPicker {
+    match i {
+        0 => BuiltinPicker::Default(DefaultPicker { temperature: 0.0 }),
+        1 => BuiltinPicker::Default(DefaultPicker { temperature: 0.7 }),
+        2 => BuiltinPicker::MinCost(MinCostPicker),
+        _ => BuiltinPicker::PowerOfChoices(PowerOfChoices { k: 2 }),
+    }
+}
+
+/// The outcomes of one selection in one pass and of the same through the general pipeline.
+type Pair = (Result<Outcome, SelectError>, Result<Outcome, SelectError>);
+
+/// `rounds` selections of one catalog scorer in one pass and through the general pipeline, on
+/// two selectors with the same entropy: each pair of outcomes, to be equal bit for bit.
+fn one_pass_and_general<const N: usize>(
+    scorer: WeightedScorer,
+    picker: BuiltinPicker,
+    (request, rows): (&Request<'_>, &[Row]),
+    (seed, entropy): (Option<u64>, u64),
+    rounds: usize,
+) -> Vec<Pair> {
+    let fused = Policy::new((), (scorer,), picker.clone())
+        .unwrap()
+        .with_seed(seed);
+    let general = Policy::new((), (General(scorer),), picker)
+        .unwrap()
+        .with_seed(seed);
+    let mut a = Box::new(Selector::<N>::with_entropy(entropy));
+    let mut b = Box::new(Selector::<N>::with_entropy(entropy));
+    (0..rounds)
+        .map(|_| {
+            let x = outcome(fused.select(&mut a, request, rows), &a);
+            let y = outcome(general.select(&mut b, request, rows), &b);
+            (x, y)
+        })
+        .collect()
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 4000, ..ProptestConfig::default() })]
 
@@ -250,20 +289,11 @@ proptest! {
         };
         let scorer = WeightedScorer { scorer, weight: 1.0 };
         let request = Request::new(prompt, 16).required_taints(TaintSet(required));
-        let picker = match picker {
-            0 => BuiltinPicker::Default(DefaultPicker { temperature: 0.0 }),
-            1 => BuiltinPicker::Default(DefaultPicker { temperature: 0.7 }),
-            2 => BuiltinPicker::MinCost(MinCostPicker),
-            _ => BuiltinPicker::PowerOfChoices(PowerOfChoices { k: 2 }),
-        };
-        let fused = Policy::new((), (scorer,), picker.clone()).unwrap().with_seed(seed);
-        let general = Policy::new((), (General(scorer),), picker).unwrap().with_seed(seed);
-        let mut a = Box::new(Selector::<64>::with_entropy(entropy));
-        let mut b = Box::new(Selector::<64>::with_entropy(entropy));
-        for _ in 0..4 {
-            let x = outcome(fused.select(&mut a, &request, &rows), &a);
-            let y = outcome(general.select(&mut b, &request, &rows), &b);
-            prop_assert_eq!(&x, &y);
+        let pairs = one_pass_and_general::<64>(
+            scorer, picker_of(picker), (&request, &rows), (seed, entropy), 4,
+        );
+        for (x, y) in pairs {
+            prop_assert_eq!(x, y);
         }
     }
 }
@@ -507,19 +537,11 @@ proptest! {
         };
         let scorer = WeightedScorer { scorer, weight: 1.0 };
         let request = Request::new(prompt, 16).required_taints(TaintSet(required));
-        let picker = match picker {
-            0 => BuiltinPicker::Default(DefaultPicker { temperature: 0.0 }),
-            1 => BuiltinPicker::Default(DefaultPicker { temperature: 0.7 }),
-            _ => BuiltinPicker::MinCost(MinCostPicker),
-        };
-        let fused = Policy::new((), (scorer,), picker.clone()).unwrap().with_seed(seed);
-        let general = Policy::new((), (General(scorer),), picker).unwrap().with_seed(seed);
-        let mut a = Box::new(Selector::<512>::with_entropy(entropy));
-        let mut b = Box::new(Selector::<512>::with_entropy(entropy));
-        for _ in 0..2 {
-            let x = outcome(fused.select(&mut a, &request, &rows), &a);
-            let y = outcome(general.select(&mut b, &request, &rows), &b);
-            prop_assert_eq!(&x, &y);
+        let pairs = one_pass_and_general::<512>(
+            scorer, picker_of(picker), (&request, &rows), (seed, entropy), 2,
+        );
+        for (x, y) in pairs {
+            prop_assert_eq!(x, y);
         }
     }
 }
@@ -561,13 +583,9 @@ fn two_mode_rules_take_loads_beyond_2_pow_53_exactly() {
             scorer,
             weight: 1.0,
         };
-        let picker = BuiltinPicker::MinCost(MinCostPicker);
-        let fused = Policy::new((), (scorer,), picker.clone()).unwrap();
-        let general = Policy::new((), (General(scorer),), picker).unwrap();
-        let mut a = Selector::<64>::with_entropy(1);
-        let mut b = Selector::<64>::with_entropy(1);
-        let x = outcome(fused.select(&mut a, &request, &rows), &a);
-        let y = outcome(general.select(&mut b, &request, &rows), &b);
+        let pairs =
+            one_pass_and_general::<64>(scorer, picker_of(2), (&request, &rows), (None, 1), 1);
+        let (x, y) = pairs.into_iter().next().unwrap();
         assert_eq!(x, y);
         // Toward the overlap: the rows holding 7 blocks cost 0.
         assert_eq!(x.unwrap().0.cost, 0.0);
@@ -605,13 +623,8 @@ fn two_mode_rules_read_an_odd_row_through_its_own_masks() {
         scorer,
         weight: 1.0,
     };
-    let picker = BuiltinPicker::MinCost(MinCostPicker);
-    let fused = Policy::new((), (scorer,), picker.clone()).unwrap();
-    let general = Policy::new((), (General(scorer),), picker).unwrap();
-    let mut a = Selector::<64>::with_entropy(1);
-    let mut b = Selector::<64>::with_entropy(1);
-    let x = outcome(fused.select(&mut a, &request, &rows), &a);
-    let y = outcome(general.select(&mut b, &request, &rows), &b);
+    let pairs = one_pass_and_general::<64>(scorer, picker_of(2), (&request, &rows), (None, 1), 1);
+    let (x, y) = pairs.into_iter().next().unwrap();
     assert_eq!(x, y);
     assert_eq!(x.unwrap().0.cost, 0.0);
 }
