@@ -18,6 +18,10 @@ struct Input {
     required: u8,
     rows: Vec<RawRow>,
     explain: bool,
+    /// Rows sharing the first row's flags but for one in `2 + k % 16`: a tidy fleet, which the
+    /// default cost and the two-mode rules take through loops of their own (arbitrary flags
+    /// seldom make one).
+    tidy: Option<u8>,
 }
 
 #[derive(Arbitrary, Debug)]
@@ -101,7 +105,7 @@ pub fn run(data: &[u8]) {
         _ => BuiltinPicker::PowerOfChoices(PowerOfChoices { k: input.picker.2 }),
     };
     let policy: CatalogPolicy = Policy::new(filters, scorers, picker).unwrap().with_seed(input.seed);
-    let rows: Vec<Row> = input
+    let mut rows: Vec<Row> = input
         .rows
         .iter()
         .take(64)
@@ -122,6 +126,14 @@ pub fn run(data: &[u8]) {
             ms_per_active_request: r.speed[2],
         })
         .collect();
+    if let (Some(k), Some(first)) = (input.tidy, rows.first().map(|r| r.flags)) {
+        let every = 2 + usize::from(k % 16);
+        for (i, row) in rows.iter_mut().enumerate() {
+            if i % every != 0 {
+                row.flags = first;
+            }
+        }
+    }
     let mut request = Request::new(input.prompt_tokens, input.block_size)
         .required_taints(TaintSet(u64::from(input.required)));
     if let Some(s) = input.session {
