@@ -278,7 +278,8 @@ fn two_mode_uniform(
         let other = row.flags.0 ^ flags.0;
         odd |= other;
         invalid |= row.has_invalid_estimate();
-        // An odd row adds nothing here (infinity to the minimum, zero to the maxima).
+        // An odd row adds nothing here (infinity to the minimum, zero to the maxima). The load
+        // is `LoadMetric::ActiveRequests`, as in `two_mode_rows`, read through the mask.
         let same = other == 0;
         let load = row.active_requests & load_mask;
         high |= load;
