@@ -15,7 +15,7 @@ use crate::engine::{
     Scorers, Verdict,
 };
 use crate::engine::{LEFT_OUT, MAX_SCORERS, compact_left_out, mark_unfiltered, refusal_among};
-use crate::policies::default::{ODD_BLOCK, ODD_SHARE, tidy_reference};
+use crate::policies::default::{for_each_odd_row, tidy_reference};
 use crate::policies::{DefaultCost, DefaultPicker};
 use crate::vocab::{Candidates, RequestView, RowView, WorkerInputs};
 use crate::vocab::{Leg, Load, Row, RowFlags, Speed, TaintSet, WorkerKey};
@@ -242,11 +242,10 @@ fn two_mode_rows(
 /// that requires no taint: the rows with `reference`'s flags (not overloaded) are candidates,
 /// read through the fleet's masks in a loop without per-row branches, whose minima and maxima
 /// are floats (packed instructions; SSE2 has no 64-bit integer ones, and a float holds every
-/// load below 2^53, checked, exactly). The few rows with other flags (odd) are found after it, a
-/// block of [`ODD_BLOCK`] rows' flags at a time, and taken through their own masks and
-/// admission. Returns the candidates (compacted in `order` and `costs`), the load range and the
-/// best device overlap; `None`, for the per-row loop to decide, when more than one row in
-/// [`ODD_SHARE`] is odd, a row is invalid, a load reaches 2^53, no row is a candidate, or the
+/// load below 2^53, checked, exactly). The few rows with other flags (odd) are found after it
+/// ([`for_each_odd_row`]) and taken through their own groups and admission. Returns the candidates (compacted in `order` and `costs`), the load range and the
+/// best device overlap; `None`, for the per-row loop to decide, when more than one row in 16 is
+/// odd, a row is invalid, a load reaches 2^53, no row is a candidate, or the
 /// fleet does not fit `order` and `costs`.
 fn two_mode_uniform(
     rows: &[Row],
@@ -260,13 +259,8 @@ fn two_mode_uniform(
         return None;
     }
     let (order, costs) = (&mut order[..n], &mut costs[..n]);
-    let masks = |flags: RowFlags| {
-        (
-            0u64.wrapping_sub(u64::from(flags.contains(RowFlags::HAS_LOAD))),
-            0u32.wrapping_sub(u32::from(flags.contains(RowFlags::HAS_CACHE))),
-        )
-    };
-    let (load_mask, dev_mask) = masks(flags);
+    let load_mask = 0u64.wrapping_sub(u64::from(flags.contains(RowFlags::HAS_LOAD)));
+    let dev_mask = 0u32.wrapping_sub(u32::from(flags.contains(RowFlags::HAS_CACHE)));
     let (mut odd, mut invalid, mut high) = (0u32, false, 0u64);
     let (mut lo, mut hi, mut best) = (f64::INFINITY, 0.0_f64, 0u32);
     for (i, ((row, cost), slot)) in rows
@@ -296,40 +290,22 @@ fn two_mode_uniform(
     }
     let (mut all_flags, mut left_out) = (flags.0, 0usize);
     if odd != 0 {
-        let (mut odd_rows, most) = (0, n / ODD_SHARE);
-        for (b, block) in rows.chunks(ODD_BLOCK).enumerate() {
-            if block
-                .iter()
-                .fold(0, |odd, row| odd | (row.flags.0 ^ flags.0))
-                == 0
-            {
-                continue;
+        // The few odd rows, each through its own groups and admission.
+        for_each_odd_row(rows, flags, |i, row| {
+            all_flags |= row.flags.0;
+            if row.is_overloaded() {
+                order[i] |= LEFT_OUT;
+                left_out += 1;
+                return;
             }
-            for (j, row) in block.iter().enumerate() {
-                if row.flags == flags {
-                    continue;
-                }
-                odd_rows += 1;
-                if odd_rows > most {
-                    return None;
-                }
-                let i = b * ODD_BLOCK + j;
-                all_flags |= row.flags.0;
-                if row.is_overloaded() {
-                    order[i] |= LEFT_OUT;
-                    left_out += 1;
-                    continue;
-                }
-                let (load_mask, dev_mask) = masks(row.flags);
-                let load = row.active_requests & load_mask;
-                high |= load;
-                let c = as_cost(load);
-                costs[i] = c;
-                lo = if c < lo { c } else { lo };
-                hi = if c > hi { c } else { hi };
-                best = best.max(row.device_blocks & dev_mask);
-            }
-        }
+            let load = LoadMetric::ActiveRequests.of(row.load());
+            high |= load;
+            let c = as_cost(load);
+            costs[i] = c;
+            lo = if c < lo { c } else { lo };
+            hi = if c > hi { c } else { hi };
+            best = best.max(row.cache().device_blocks);
+        })?;
     }
     if invalid
         || all_flags & !RowFlags::ALL.0 != 0

@@ -601,31 +601,13 @@ fn admit_and_cost_with<const M: u16>(
     if uniform {
         flags |= fleet_flags;
         if odd != 0 {
-            let (mut odd_rows, most) = (0, rows.len() / ODD_SHARE);
-            for (b, block) in rows.chunks(ODD_BLOCK).enumerate() {
-                if block
-                    .iter()
-                    .fold(0, |odd, row| odd | (row.flags.0 ^ fleet_flags))
-                    == 0
-                {
-                    continue;
-                }
-                for (j, row) in block.iter().enumerate() {
-                    if row.flags.0 == fleet_flags {
-                        continue;
-                    }
-                    odd_rows += 1;
-                    if odd_rows > most {
-                        return None;
-                    }
-                    let i = b * ODD_BLOCK + j;
-                    flags |= row.flags.0;
-                    costs[i] = row_cost::<M>(ctx, multipliers, row, ctx.masks(row), &mut high);
-                    let excluded = !row.is_candidate(required);
-                    order[i] |= u32::from(excluded) * LEFT_OUT;
-                    left_out += usize::from(excluded);
-                }
-            }
+            for_each_odd_row(rows, reference.flags, |i, row| {
+                flags |= row.flags.0;
+                costs[i] = row_cost::<M>(ctx, multipliers, row, ctx.masks(row), &mut high);
+                let excluded = !row.is_candidate(required);
+                order[i] |= u32::from(excluded) * LEFT_OUT;
+                left_out += usize::from(excluded);
+            })?;
         }
     }
     if invalid
@@ -644,11 +626,44 @@ fn admit_and_cost_with<const M: u16>(
 
 /// [`Mode::UNIFORM`]'s loop (and the catalog's loops over tidy fleets) takes a fleet with at
 /// most one row in this many odd.
-pub(crate) const ODD_SHARE: usize = 16;
+const ODD_SHARE: usize = 16;
 
-/// Rows per block of the odd rows' search after [`Mode::UNIFORM`]'s loop (and the catalog's
-/// loops over tidy fleets).
-pub(crate) const ODD_BLOCK: usize = 16;
+/// Rows per block of [`for_each_odd_row`]'s search.
+const ODD_BLOCK: usize = 16;
+
+/// Calls `each(i, row)` for every row of `rows` whose flags are not `fleet` (the odd rows of a
+/// tidy fleet, after a loop that read every row through the fleet's masks), found a block of
+/// [`ODD_BLOCK`] rows' flags at a time, so a tidy fleet costs a read of its flags. `None`, with
+/// some odd rows visited, as soon as more than one row in [`ODD_SHARE`] is odd: the caller
+/// declines to its per-row loop.
+#[inline]
+pub(crate) fn for_each_odd_row(
+    rows: &[Row],
+    fleet: RowFlags,
+    mut each: impl FnMut(usize, &Row),
+) -> Option<()> {
+    let (mut odd_rows, most) = (0, rows.len() / ODD_SHARE);
+    for (b, block) in rows.chunks(ODD_BLOCK).enumerate() {
+        if block
+            .iter()
+            .fold(0, |odd, row| odd | (row.flags.0 ^ fleet.0))
+            == 0
+        {
+            continue;
+        }
+        for (j, row) in block.iter().enumerate() {
+            if row.flags == fleet {
+                continue;
+            }
+            odd_rows += 1;
+            if odd_rows > most {
+                return None;
+            }
+            each(b * ODD_BLOCK + j, row);
+        }
+    }
+    Some(())
+}
 
 /// The row whose flags [`Mode::UNIFORM`]'s loop (and the catalog's loops over tidy fleets) takes
 /// as the fleet's: among [`TIDY_SAMPLE`] rows spread over `rows` (the first and last among
