@@ -453,6 +453,45 @@ fn a_stream_matches_requests_hashed_by_the_router() {
     );
 }
 
+/// Every block size, odd and even, short and past a 64-byte block: the tokens are read off the
+/// wire in pairs (and an odd one last), and the router's hashes of what an engine stored equal
+/// the hasher's of the same tokens. The token ids take every integer width MessagePack has.
+#[test]
+fn every_block_size_hashes_as_the_router_does() {
+    let widths = [5u32, 200, 40_000, 151_000, u32::MAX];
+    for bs in (1..=20).chain([31, 63, 64, 65, 255, 257]) {
+        let mut index = index();
+        let mut ingest = KvIngest::new(vec![EngineSlot::empty(); 64], bs).unwrap();
+        let w = WorkerKey::new(1, 0);
+        let n = 3usize;
+        let tokens: Vec<u32> = (0..3 * bs)
+            .map(|i| widths[i as usize % widths.len()].wrapping_sub(i % 3))
+            .collect();
+        let ev = Ev::Stored {
+            hashes: (500..).take(n).map(EngineHash::Int).collect(),
+            parent: None,
+            tokens: tokens.clone(),
+            block_size: bs,
+            lora_id: None,
+            lora_name: None,
+            medium: Some("GPU"),
+        };
+        let s = ingest
+            .apply(&mut index, w, &encode(1.0, &[ev], None, bs % 2 == 0))
+            .unwrap();
+        assert_eq!(s.stored_blocks, n, "block size {bs}");
+        let mut want = vec![0u64; n];
+        BlockHasher::new(bs, None)
+            .unwrap()
+            .sequence_hashes(&tokens, None, &mut want)
+            .unwrap();
+        for (k, want) in want.iter().enumerate() {
+            let got = ingest.router_hash(w, 500 + u64::try_from(k).unwrap());
+            assert_eq!(got, Some(*want), "block size {bs}, block {k}");
+        }
+    }
+}
+
 #[test]
 fn the_batch_names_the_data_parallel_rank() {
     let mut index = index();

@@ -132,8 +132,16 @@ impl BlockHasher {
     /// missing ones hash as zeros).
     pub(crate) fn local_hash_of(&self, len: usize, mut tokens: impl Iterator<Item = u32>) -> u64 {
         let fill = |bytes: &mut [u8]| {
-            for (out, token) in bytes.chunks_exact_mut(4).zip(&mut tokens) {
-                out.copy_from_slice(&token.to_le_bytes());
+            // Two tokens per 8-byte store: the hash reads 8-byte words, and a load that spans
+            // two narrower stores waits for them to reach the cache instead of being forwarded.
+            let mut pairs = bytes.chunks_exact_mut(8);
+            for out in pairs.by_ref() {
+                let low = u64::from(tokens.next().unwrap_or(0));
+                let high = u64::from(tokens.next().unwrap_or(0));
+                out.copy_from_slice(&(low | high << 32).to_le_bytes());
+            }
+            for out in pairs.into_remainder().chunks_exact_mut(4) {
+                out.copy_from_slice(&tokens.next().unwrap_or(0).to_le_bytes());
             }
             Ok::<(), Infallible>(())
         };
