@@ -132,18 +132,7 @@ impl BlockHasher {
     /// missing ones hash as zeros).
     pub(crate) fn local_hash_of(&self, len: usize, mut tokens: impl Iterator<Item = u32>) -> u64 {
         let fill = |bytes: &mut [u8]| {
-            // Two tokens per 8-byte store: the hash reads 8-byte words, and a load that spans
-            // two narrower stores waits for them to reach the cache instead of being forwarded.
-            let mut pairs = bytes.chunks_exact_mut(8);
-            for out in pairs.by_ref() {
-                let low = u64::from(tokens.next().unwrap_or(0));
-                let high = u64::from(tokens.next().unwrap_or(0));
-                out.copy_from_slice(&(low | high << 32).to_le_bytes());
-            }
-            for out in pairs.into_remainder().chunks_exact_mut(4) {
-                out.copy_from_slice(&tokens.next().unwrap_or(0).to_le_bytes());
-            }
-            Ok::<(), Infallible>(())
+            write_u32s_le(bytes, || Ok::<u32, Infallible>(tokens.next().unwrap_or(0)))
         };
         match self.local_hash_with(len, fill) {
             Ok(hash) => hash,
@@ -265,4 +254,25 @@ impl BlockHasher {
         }
         Ok(blocks)
     }
+}
+
+/// Writes `out.len() / 4` values from `next` into `out` as little-endian `u32`s, the bytes a block
+/// is hashed from; `next`'s first error is returned. Two values go in each 8-byte store: xxh3
+/// reads 8-byte words, and a load that spans two narrower stores waits for them to reach the
+/// cache instead of being forwarded.
+#[inline]
+pub(crate) fn write_u32s_le<E>(
+    out: &mut [u8],
+    mut next: impl FnMut() -> Result<u32, E>,
+) -> Result<(), E> {
+    let mut pairs = out.chunks_exact_mut(8);
+    for bytes in pairs.by_ref() {
+        let low = u64::from(next()?);
+        let high = u64::from(next()?);
+        bytes.copy_from_slice(&(low | high << 32).to_le_bytes());
+    }
+    for bytes in pairs.into_remainder().chunks_exact_mut(4) {
+        bytes.copy_from_slice(&next()?.to_le_bytes());
+    }
+    Ok(())
 }

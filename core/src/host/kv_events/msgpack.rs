@@ -227,19 +227,7 @@ impl<'a> Reader<'a> {
     /// little-endian bytes (as token ids are hashed).
     #[inline]
     pub(crate) fn u32s_le(&mut self, out: &mut [u8]) -> Result<(), WireError> {
-        // Two integers per 8-byte store: the hash reads the bytes as 8-byte words, and a load
-        // that spans two narrower stores waits for them to reach the cache instead of being
-        // forwarded.
-        let mut pairs = out.chunks_exact_mut(8);
-        for bytes in pairs.by_ref() {
-            let low = u64::from(self.u32()?);
-            let high = u64::from(self.u32()?);
-            bytes.copy_from_slice(&(low | high << 32).to_le_bytes());
-        }
-        for bytes in pairs.into_remainder().chunks_exact_mut(4) {
-            bytes.copy_from_slice(&self.u32()?.to_le_bytes());
-        }
-        Ok(())
+        crate::host::hashing::write_u32s_le(out, || self.u32())
     }
 
     /// An unsigned integer of at most `u32::MAX`.
