@@ -176,6 +176,24 @@ fn picker_of(i: u32) -> BuiltinPicker {
     }
 }
 
+/// One of the two-mode rules with the same thresholds: `SGLang`'s cache-aware policy, or Dynamo's
+/// two-tier rule (`spread` and `ratio` of active requests, `share` of the request covered).
+fn two_mode_rule(sglang: bool, spread: u64, ratio: f64, share: f64) -> BuiltinScorer {
+    if sglang {
+        BuiltinScorer::SglangCacheAware(SglangCacheAware {
+            abs_threshold: spread,
+            rel_threshold: ratio,
+            match_threshold: share,
+        })
+    } else {
+        BuiltinScorer::DynamoTwoTier(DynamoTwoTier {
+            spread,
+            ratio,
+            coverage: share,
+        })
+    }
+}
+
 /// The outcomes of one selection in one pass and of the same through the general pipeline.
 type Pair = (Result<Outcome, SelectError>, Result<Outcome, SelectError>);
 
@@ -279,13 +297,9 @@ proptest! {
             1 => BuiltinScorer::LeastLoaded(LeastLoaded { metric: LoadMetric::ActiveBlocks }),
             2 => BuiltinScorer::LeastLoaded(LeastLoaded { metric: LoadMetric::PrefillTokens }),
             3 => BuiltinScorer::DynamoTwoTier(DynamoTwoTier::default()),
-            4 => BuiltinScorer::DynamoTwoTier(DynamoTwoTier { spread, ratio, coverage: share }),
+            4 => two_mode_rule(false, spread, ratio, share),
             5 => BuiltinScorer::SglangCacheAware(SglangCacheAware::default()),
-            _ => BuiltinScorer::SglangCacheAware(SglangCacheAware {
-                abs_threshold: spread,
-                rel_threshold: ratio,
-                match_threshold: share,
-            }),
+            _ => two_mode_rule(true, spread, ratio, share),
         };
         let scorer = WeightedScorer { scorer, weight: 1.0 };
         let request = Request::new(prompt, 16).required_taints(TaintSet(required));
@@ -526,16 +540,8 @@ proptest! {
             let n = rows.len();
             rows[at % n].active_requests = (1 << 53) - 1 + k;
         }
-        let scorer = if sglang {
-            BuiltinScorer::SglangCacheAware(SglangCacheAware {
-                abs_threshold: spread,
-                rel_threshold: ratio,
-                match_threshold: share,
-            })
-        } else {
-            BuiltinScorer::DynamoTwoTier(DynamoTwoTier { spread, ratio, coverage: share })
-        };
-        let scorer = WeightedScorer { scorer, weight: 1.0 };
+        let rule = two_mode_rule(sglang, spread, ratio, share);
+        let scorer = WeightedScorer { scorer: rule, weight: 1.0 };
         let request = Request::new(prompt, 16).required_taints(TaintSet(required));
         let pairs = one_pass_and_general::<512>(
             scorer, picker_of(picker), (&request, &rows), (seed, entropy), 2,
@@ -567,20 +573,9 @@ fn two_mode_rules_take_loads_beyond_2_pow_53_exactly() {
         })
         .collect();
     let request = Request::new(128, 16);
-    for scorer in [
-        BuiltinScorer::DynamoTwoTier(DynamoTwoTier {
-            spread: 34,
-            ratio: 1.0,
-            coverage: 0.5,
-        }),
-        BuiltinScorer::SglangCacheAware(SglangCacheAware {
-            abs_threshold: 34,
-            rel_threshold: 1.0,
-            match_threshold: 0.5,
-        }),
-    ] {
+    for sglang in [false, true] {
         let scorer = WeightedScorer {
-            scorer,
+            scorer: two_mode_rule(sglang, 34, 1.0, 0.5),
             weight: 1.0,
         };
         let pairs =
@@ -614,13 +609,8 @@ fn two_mode_rules_read_an_odd_row_through_its_own_masks() {
     rows[5].flags = RowFlags(rows[5].flags.0 & !RowFlags::HAS_LOAD.0);
     rows[5].active_requests = 1000;
     let request = Request::new(128, 16);
-    let scorer = BuiltinScorer::DynamoTwoTier(DynamoTwoTier {
-        spread: 64,
-        ratio: 1.1,
-        coverage: 0.5,
-    });
     let scorer = WeightedScorer {
-        scorer,
+        scorer: two_mode_rule(false, 64, 1.1, 0.5),
         weight: 1.0,
     };
     let pairs = one_pass_and_general::<64>(scorer, picker_of(2), (&request, &rows), (None, 1), 1);
