@@ -15,21 +15,19 @@ pub(crate) struct Reader<'a> {
 /// The kinds of value [`Reader::unexpected`] names when another one is found.
 type Expected = &'static str;
 
-/// Bytes of an unsigned integer up to `u32::MAX` as msgpack writes it (smallest form), by its
-/// marker; 0 for any other marker. Token ids are most of a payload, in every width at random, so
-/// they are read through this table rather than a branch per width.
-const U32_WIDTH: [u8; 256] = {
-    let mut t = [0u8; 256];
-    let mut i = 0;
-    while i < 0x80 {
-        t[i] = 1;
-        i += 1;
+/// Bytes of an unsigned integer above 127 and up to `u32::MAX` as msgpack writes it (smallest
+/// form), marker included, by its marker: `None` for another marker. Token ids are most of a
+/// payload, in every width at random, and each id's width is where the next one starts: the width
+/// is computed from the marker's low bits (0xcc, 0xcd, 0xce: 2, 3, 5) rather than read from a
+/// table, a second load on that chain.
+#[inline]
+const fn u32_width(marker: u8) -> Option<u32> {
+    if marker.wrapping_sub(0xcc) < 3 {
+        Some(1 + (1 << (marker & 3)))
+    } else {
+        None
     }
-    t[0xcc] = 2;
-    t[0xcd] = 3;
-    t[0xce] = 5;
-    t
-};
+}
 
 impl<'a> Reader<'a> {
     pub(crate) const fn new(buf: &'a [u8]) -> Self {
@@ -209,12 +207,14 @@ impl<'a> Reader<'a> {
     /// Skips `n` unsigned integers of at most `u32::MAX` (an array's elements), checking each.
     pub(crate) fn skip_u32s(&mut self, n: usize) -> Result<(), WireError> {
         for _ in 0..n {
-            let width = U32_WIDTH[usize::from(self.peek()?)];
-            if width == 0 {
+            let b = self.peek()?;
+            if b < 0x80 {
+                self.pos += 1;
+            } else if let Some(width) = u32_width(b) {
+                self.pos += width as usize;
+            } else {
                 // Another encoding (a wider or signed form of a small value), or an error.
                 self.uint(u64::from(u32::MAX))?;
-            } else {
-                self.pos += usize::from(width);
             }
         }
         if self.pos > self.buf.len() {
@@ -227,26 +227,45 @@ impl<'a> Reader<'a> {
     /// little-endian bytes (as token ids are hashed).
     #[inline]
     pub(crate) fn u32s_le(&mut self, out: &mut [u8]) -> Result<(), WireError> {
-        crate::host::hashing::write_u32s_le(out, || self.u32())
+        // On a copy, which (with the rare path given the position by value) stays in registers:
+        // through `self`, each id's position was stored and loaded again, on the chain from one
+        // id to the next.
+        let mut r = *self;
+        let written = crate::host::hashing::write_u32s_le(out, || r.u32());
+        *self = r;
+        written
     }
 
     /// An unsigned integer of at most `u32::MAX`.
     #[inline]
     pub(crate) fn u32(&mut self) -> Result<u32, WireError> {
         let b = self.peek()?;
-        let width = U32_WIDTH[usize::from(b)];
+        let width = if b < 0x80 { Some(1) } else { u32_width(b) };
         let after = self.buf.get(self.pos + 1..self.pos + 5);
-        if let (true, Some(&[b1, b2, b3, b4])) = (width != 0, after) {
+        if let (Some(width), Some(&[b1, b2, b3, b4])) = (width, after) {
             // The widths 2, 3 and 5 read the top 1, 2 or 4 of the 4 bytes after the marker.
             let word = u64::from(u32::from_be_bytes([b1, b2, b3, b4]));
             #[allow(clippy::cast_possible_truncation, reason = "at most 32 bits are left")]
-            let value = (word >> (8 * (5 - u32::from(width)))) as u32;
-            self.pos += usize::from(width);
+            let value = (word >> (8 * (5 - width))) as u32;
+            self.pos += width as usize;
             return Ok(if width == 1 { u32::from(b) } else { value });
         }
-        let value = self.uint(u64::from(u32::MAX))?;
+        let (value, pos) = Self::u32_rare(self.buf, self.pos)?;
+        self.pos = pos;
+        Ok(value)
+    }
+
+    /// [`Reader::u32`] at `pos` near the end of the payload, in another encoding (a wider or
+    /// signed form of a small value), or an error; with the position after it. Kept out of line,
+    /// and given the position rather than the cursor, so the common case inlines into the loops
+    /// over token ids with the cursor in registers.
+    #[cold]
+    #[inline(never)]
+    fn u32_rare(buf: &[u8], pos: usize) -> Result<(u32, usize), WireError> {
+        let mut r = Reader::at(buf, pos);
+        let value = r.uint(u64::from(u32::MAX))?;
         #[allow(clippy::cast_possible_truncation, reason = "read with max u32::MAX")]
-        Ok(value as u32)
+        Ok((value as u32, r.pos))
     }
 
     /// A string's bytes (not checked to be UTF-8: they are compared or hashed, never shown).
@@ -400,4 +419,106 @@ const fn as_signed(bits: u64) -> i64 {
 const fn sign_extend(raw: u64, n: usize) -> u64 {
     let shift = 64 - 8 * n as u32;
     (((raw << shift) as i64) >> shift) as u64
+}
+
+#[cfg(test)]
+mod tests {
+    use std::vec;
+    use std::vec::Vec;
+
+    use super::*;
+
+    /// `value` in every integer form msgpack has that holds it, smallest first.
+    fn forms(value: i64) -> Vec<Vec<u8>> {
+        let mut out = Vec::new();
+        if let Ok(v) = u8::try_from(value) {
+            if v < 0x80 {
+                out.push(vec![v]);
+            }
+        }
+        if let Ok(v) = i8::try_from(value) {
+            if (-32..0).contains(&v) {
+                out.push(v.to_be_bytes().to_vec());
+            }
+        }
+        let mut push = |marker: u8, body: &[u8]| {
+            let mut form = vec![marker];
+            form.extend_from_slice(body);
+            out.push(form);
+        };
+        if let Ok(v) = u8::try_from(value) {
+            push(0xcc, &v.to_be_bytes());
+        }
+        if let Ok(v) = u16::try_from(value) {
+            push(0xcd, &v.to_be_bytes());
+        }
+        if let Ok(v) = u32::try_from(value) {
+            push(0xce, &v.to_be_bytes());
+        }
+        if let Ok(v) = u64::try_from(value) {
+            push(0xcf, &v.to_be_bytes());
+        }
+        if let Ok(v) = i8::try_from(value) {
+            push(0xd0, &v.to_be_bytes());
+        }
+        if let Ok(v) = i16::try_from(value) {
+            push(0xd1, &v.to_be_bytes());
+        }
+        if let Ok(v) = i32::try_from(value) {
+            push(0xd2, &v.to_be_bytes());
+        }
+        push(0xd3, &value.to_be_bytes());
+        out
+    }
+
+    /// The token-id readers (`u32`, `skip_u32s`, `u32s_le`) against the general `uint`, for
+    /// every form of values around each width's edges, with 0 to 9 bytes after the value (the
+    /// readers take a faster path when 5 or 8 bytes follow), and cut short anywhere.
+    #[test]
+    fn token_ids_read_as_the_general_reader_reads_them() {
+        let values = [
+            0,
+            1,
+            0x7f,
+            0x80,
+            0xff,
+            0x100,
+            0xffff,
+            0x1_0000,
+            152_063,
+            0xffff_ffff,
+            0x1_0000_0000,
+            -1,
+            -32,
+            -33,
+            i64::MIN,
+        ];
+        for value in values {
+            for form in forms(value) {
+                for tail in 0..10 {
+                    let mut buf = form.clone();
+                    buf.extend((0..tail).map(|i| 0xc1 - i));
+                    for cut in 0..=form.len() {
+                        let buf = &buf[..if cut == form.len() { buf.len() } else { cut }];
+                        let mut general = Reader::new(buf);
+                        let want = general
+                            .uint(u64::from(u32::MAX))
+                            .map(|v| (u32::try_from(v).unwrap(), general.pos));
+                        let mut r = Reader::new(buf);
+                        let got = r.u32().map(|v| (v, r.pos));
+                        assert_eq!(got, want, "u32 of {value} as {form:x?}, {buf:x?}");
+                        let mut r = Reader::new(buf);
+                        let skipped = r.skip_u32s(1).map(|()| r.pos);
+                        assert_eq!(skipped, want.map(|(_, pos)| pos), "skip of {buf:x?}");
+                        let mut r = Reader::new(buf);
+                        let mut out = [0u8; 4];
+                        let written = r
+                            .u32s_le(&mut out)
+                            .map(|()| (u32::from_le_bytes(out), r.pos));
+                        assert_eq!(written, want, "u32s_le of {buf:x?}");
+                    }
+                }
+            }
+        }
+    }
 }
