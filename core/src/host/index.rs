@@ -567,20 +567,24 @@ where
     pub(crate) fn set_bits(&mut self, row: usize, bit: u32, hashes: &[u64]) {
         let (word, mask) = ((bit / 64) as usize, 1u64 << (bit % 64));
         for &hash in hashes {
-            let i = if let Some(i) = self.blocks.find(hash) {
-                self.unlink(i);
-                i
-            } else {
-                if self.blocks.len() >= self.blocks.capacity() {
-                    self.evict_oldest();
+            let i = match self.blocks.probe(hash) {
+                Ok(i) => {
+                    self.unlink(i);
+                    i
                 }
-                match self.blocks.insert(hash, BlockEntry::default()) {
-                    Ok(i) => i,
-                    Err(_) => continue, // unreachable: eviction made room
-                }
+                // Placed where the search ended, before the oldest block is evicted: an eviction
+                // may open a slot earlier on its path, and the search would have to run again.
+                Err(vacancy) => match self.blocks.place(vacancy, hash, BlockEntry::default()) {
+                    Ok(()) => vacancy,
+                    Err(_) => continue, // unreachable: at most one block past the capacity
+                },
             };
             self.blocks.value_mut(i).set(row, word, mask);
             self.link_newest(i);
+            if self.blocks.len() > self.blocks.capacity() {
+                // Never the block just stored, the newest: the capacity is at least 4.
+                self.evict_oldest();
+            }
         }
     }
 

@@ -148,19 +148,45 @@ impl<K: TableKey, V: Copy + Default, S: AsRef<[Slot<K, V>]> + AsMut<[Slot<K, V>]
     /// The slot holding `key`.
     #[inline]
     pub(crate) fn find(&self, key: K) -> Option<usize> {
+        self.probe(key).ok()
+    }
+
+    /// The slot holding `key`, or (`Err`) the empty slot where the search for it ended: where
+    /// [`Table::place`] puts it, if nothing is removed first.
+    #[inline]
+    pub(crate) fn probe(&self, key: K) -> Result<usize, usize> {
         let slots = self.slots.as_ref();
         let mask = slots.len() - 1;
         let mut i = self.home(key);
         loop {
             let s = &slots[i];
             if !s.used {
-                return None;
+                return Err(i);
             }
             if s.key == key {
-                return Some(i);
+                return Ok(i);
             }
             i = (i + 1) & mask;
         }
+    }
+
+    /// Puts absent `key` with `value` at `vacancy`, the empty slot [`Table::probe`] returned for
+    /// it with nothing removed since (a removal may open a slot earlier on its path), saving
+    /// [`Table::insert`]'s search. One key past the capacity is allowed, for a caller that
+    /// removes one next: the table must never fill, or a search for an absent key would not end.
+    pub(crate) fn place(&mut self, vacancy: usize, key: K, value: V) -> Result<(), Full> {
+        if self.len > self.capacity() {
+            return Err(Full);
+        }
+        let slot = &mut self.slots.as_mut()[vacancy];
+        debug_assert!(!slot.used, "slot {vacancy} is not a vacancy");
+        *slot = Slot {
+            key,
+            used: true,
+            value,
+        };
+        self.len += 1;
+        Ok(())
     }
 
     /// The slot holding `key`, tried first at `*hint` (where it was found before) and found by
@@ -320,11 +346,31 @@ mod tests {
                     *t.value_mut(i) = step;
                     model.insert(key, step);
                 }
-                None => {
+                None if rng & 4 == 0 => {
                     if t.insert(key, step).is_ok() {
                         model.insert(key, step);
                     } else {
                         assert_eq!(model.len(), t.capacity());
+                    }
+                }
+                None => {
+                    // Placed where the search ended, then (one past the capacity) another key
+                    // removed, as the index stores a block before evicting the oldest.
+                    let vacancy = t.probe(key).unwrap_err();
+                    t.place(vacancy, key, step).unwrap();
+                    model.insert(key, step);
+                    if t.len() > t.capacity() {
+                        let other = t.probe(1_000 + step).unwrap_err();
+                        assert!(
+                            t.place(other, 1_000 + step, 0).is_err(),
+                            "two past the capacity"
+                        );
+                        let victim = (0..t.slot_count())
+                            .map(|i| (vacancy + 1 + i) % t.slot_count())
+                            .find(|&i| t.is_used(i))
+                            .unwrap();
+                        model.remove(&t.key(victim));
+                        t.remove_at(victim, |_, _, _| {});
                     }
                 }
             }
