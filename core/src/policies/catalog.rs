@@ -1407,6 +1407,10 @@ impl Filter for RequireTaints {
         request: &RequestView<'_>,
         admission: &mut Admission<'_>,
     ) -> Option<Result<(), ComponentError>> {
+        if self.0 == TaintSet::EMPTY {
+            // Requiring no taint keeps every row: no pass over them.
+            return Some(Ok(()));
+        }
         Some(admission.check_with(self, request))
     }
 }
