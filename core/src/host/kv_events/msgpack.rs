@@ -15,14 +15,16 @@ pub(crate) struct Reader<'a> {
 /// The kinds of value [`Reader::unexpected`] names when another one is found.
 type Expected = &'static str;
 
-/// Bytes of an unsigned integer above 127 and up to `u32::MAX` as msgpack writes it (smallest
-/// form), marker included, by its marker: `None` for another marker. Token ids are most of a
-/// payload, in every width at random, and each id's width is where the next one starts: the width
-/// is computed from the marker's low bits (0xcc, 0xcd, 0xce: 2, 3, 5) rather than read from a
-/// table, a second load on that chain.
+/// Bytes of an unsigned integer up to `u32::MAX` as msgpack writes it (smallest form), marker
+/// included, by its marker: 1 for a positive fixint, `None` for another marker. Token ids are
+/// most of a payload, in every width at random, and each id's width is where the next one
+/// starts: the width is computed from the marker's low bits (0xcc, 0xcd, 0xce: 2, 3, 5) rather
+/// than read from a table, a second load on that chain.
 #[inline]
 const fn u32_width(marker: u8) -> Option<u32> {
-    if marker.wrapping_sub(0xcc) < 3 {
+    if marker < 0x80 {
+        Some(1)
+    } else if marker.wrapping_sub(0xcc) < 3 {
         Some(1 + (1 << (marker & 3)))
     } else {
         None
@@ -207,10 +209,7 @@ impl<'a> Reader<'a> {
     /// Skips `n` unsigned integers of at most `u32::MAX` (an array's elements), checking each.
     pub(crate) fn skip_u32s(&mut self, n: usize) -> Result<(), WireError> {
         for _ in 0..n {
-            let b = self.peek()?;
-            if b < 0x80 {
-                self.pos += 1;
-            } else if let Some(width) = u32_width(b) {
+            if let Some(width) = u32_width(self.peek()?) {
                 self.pos += width as usize;
             } else {
                 // Another encoding (a wider or signed form of a small value), or an error.
@@ -240,7 +239,7 @@ impl<'a> Reader<'a> {
     #[inline]
     pub(crate) fn u32(&mut self) -> Result<u32, WireError> {
         let b = self.peek()?;
-        let width = if b < 0x80 { Some(1) } else { u32_width(b) };
+        let width = u32_width(b);
         let after = self.buf.get(self.pos + 1..self.pos + 5);
         if let (Some(width), Some(&[b1, b2, b3, b4])) = (width, after) {
             // The widths 2, 3 and 5 read the top 1, 2 or 4 of the 4 bytes after the marker.
