@@ -226,13 +226,7 @@ impl<'a> Reader<'a> {
     /// little-endian bytes (as token ids are hashed).
     #[inline]
     pub(crate) fn u32s_le(&mut self, out: &mut [u8]) -> Result<(), WireError> {
-        // On a copy, which (with the rare path given the position by value) stays in registers:
-        // through `self`, each id's position was stored and loaded again, on the chain from one
-        // id to the next.
-        let mut r = *self;
-        let written = crate::host::hashing::write_u32s_le(out, || r.u32());
-        *self = r;
-        written
+        crate::host::hashing::write_u32s_le(out, || self.u32())
     }
 
     /// An unsigned integer of at most `u32::MAX`.
