@@ -71,8 +71,8 @@ pub struct BridgeConfig {
     pub mode: Mode,
     /// The engines' KV block size in tokens: requests are hashed and sized in these blocks.
     pub block_size: u32,
-    /// Distinct block hashes the index holds (all workers together); when full it evicts the
-    /// least recently stored block, as a production router's would.
+    /// Distinct block hashes the index holds (all workers together); when full it evicts a
+    /// block not stored again lately (by its clock), as a production router's would.
     pub index_blocks: usize,
     /// Requests the ledger can hold at once.
     pub max_in_flight: usize,

@@ -38,7 +38,7 @@ proptest! {
     #[test]
     fn the_index_agrees_with_the_model(ops in prop::collection::vec(op(), 1..300)) {
         let mut index = PrefixIndex::<_, _, 1>::new(vec![BlockSlot::<1>::empty(); 16], vec![WorkerSlot::empty(); 128]).unwrap();
-        let mut model = Model { capacity: index.block_capacity(), ..Model::default() };
+        let mut model = Model::new(16);
         let tiers = Tier::ALL;
         let mut overlaps = Overlaps::<1>::new();
         for op in ops {
@@ -133,6 +133,56 @@ fn a_worker_beyond_capacity_is_refused_and_changes_nothing() {
         })
         .unwrap();
     assert_eq!(index.counters().workers, 64);
+}
+
+/// The clock's promise, in a user's terms: a full index keeps the blocks that keep being stored
+/// (a shared system prompt) through a long stream of blocks stored once, where evicting in
+/// store order (first in, first out) would drop them every time the stream turns the table over.
+#[test]
+fn blocks_stored_again_outlive_blocks_stored_once() {
+    let mut index = PrefixIndex::<_, _, 1>::new(
+        vec![BlockSlot::<1>::empty(); 1024],
+        vec![WorkerSlot::empty(); 128],
+    )
+    .unwrap();
+    let worker = WorkerKey::new(1, 0);
+    let store = |index: &mut PrefixIndex<_, _, 1>, hashes: &[u64]| {
+        index
+            .apply(&KvEvent::Stored {
+                worker,
+                tier: Tier::Device,
+                hashes,
+            })
+            .unwrap();
+    };
+    let hot: Vec<u64> = (0..32).map(|i| 1_000_000 + i).collect();
+    store(&mut index, &hot);
+    // 20,000 blocks stored once (about 40 times the capacity of 512), the hot ones again after
+    // every 128 of them: a quarter of the capacity, well within one turn of the hand. Once the
+    // hand has turned (by the first 1,024 cold blocks), every hot block is held whenever it is
+    // stored again.
+    let mut overlaps = Overlaps::<1>::new();
+    for (n, cold) in (0..20_000u64).enumerate() {
+        store(&mut index, &[cold]);
+        if n % 128 == 127 {
+            if n >= 1024 {
+                index.query(&hot, &mut overlaps);
+                assert_eq!(
+                    index.overlap(&overlaps, worker),
+                    Some([32, 0, 0]),
+                    "after {n}"
+                );
+            }
+            store(&mut index, &hot);
+        }
+    }
+    // The index is full, and keeps the newest of the rest but not the oldest.
+    assert_eq!(index.counters().blocks, 512);
+    assert!(index.counters().evictions >= 20_032 - 512);
+    index.query(&[19_999], &mut overlaps);
+    assert_eq!(index.overlap(&overlaps, worker), Some([1, 0, 0]));
+    index.query(&[0], &mut overlaps);
+    assert_eq!(index.overlap(&overlaps, worker), Some([0, 0, 0]));
 }
 
 #[test]

@@ -269,12 +269,14 @@ fn problem(bytes: &[u8]) -> (usize, SnapshotProblem) {
 }
 
 /// Offsets in `small()`'s snapshot: the index section (tag 4, version 2, words 2, counters
-/// 24, a worker count 8 and one worker 16, a block count 8 and two blocks of 32), then the
-/// ledger's.
+/// 24, a worker count 8 and one worker 16, the clock hand and its table's slot count 16, a
+/// block count 8 and two blocks of 33: hash, mark, holders), then the ledger's.
 const WORKER_BIT: usize = 4 + 2 + 2 + 24 + 8 + 12;
-const BLOCK_COUNT: usize = WORKER_BIT + 4;
+const HAND: usize = WORKER_BIT + 4;
+const BLOCK_COUNT: usize = HAND + 16;
 const FIRST_BLOCK: usize = BLOCK_COUNT + 8;
-const LEDGER: usize = FIRST_BLOCK + 64;
+const BLOCK: usize = 8 + 1 + 24;
+const LEDGER: usize = FIRST_BLOCK + 2 * BLOCK;
 
 #[test]
 fn each_problem_is_named_where_it_is() {
@@ -318,9 +320,9 @@ fn each_problem_is_named_where_it_is() {
     // The second block given the first one's hash.
     let first = bytes[FIRST_BLOCK..FIRST_BLOCK + 8].to_vec();
     assert_eq!(
-        problem(&with(FIRST_BLOCK + 32, &first)),
+        problem(&with(FIRST_BLOCK + BLOCK, &first)),
         (
-            FIRST_BLOCK + 32,
+            FIRST_BLOCK + BLOCK,
             SnapshotProblem::Duplicate {
                 what: "block",
                 key: u64::from_le_bytes(first.try_into().unwrap())
@@ -329,11 +331,11 @@ fn each_problem_is_named_where_it_is() {
     );
     // A holder bit no worker has, and a block with no holder.
     assert_eq!(
-        problem(&with(FIRST_BLOCK + 8, &2u64.to_le_bytes())),
-        (FIRST_BLOCK + 8, SnapshotProblem::UnknownBit)
+        problem(&with(FIRST_BLOCK + 9, &2u64.to_le_bytes())),
+        (FIRST_BLOCK + 9, SnapshotProblem::UnknownBit)
     );
     assert!(matches!(
-        problem(&with(FIRST_BLOCK + 8, &0u64.to_le_bytes())),
+        problem(&with(FIRST_BLOCK + 9, &0u64.to_le_bytes())),
         (FIRST_BLOCK, SnapshotProblem::EmptyBlock(_))
     ));
     assert_eq!(
@@ -365,6 +367,36 @@ fn each_problem_is_named_where_it_is() {
         SnapshotProblem::Storage(StorageError::SlotCount { slots: 30 })
     );
     assert!(e.to_string().starts_with("snapshot byte 0: "), "{e}");
+}
+
+/// The index's clock: a mark other than 0 or 1, and the hand past its table's slots.
+#[test]
+fn the_clocks_problems_are_named_where_they_are() {
+    let bytes = snapshot(&small());
+    let with = |at: usize, value: &[u8]| {
+        let mut b = bytes.clone();
+        b[at..at + value.len()].copy_from_slice(value);
+        b
+    };
+    assert_eq!(bytes[FIRST_BLOCK + 8], 1, "a stored block is marked");
+    assert_eq!(
+        problem(&with(FIRST_BLOCK + 8, &[2])),
+        (FIRST_BLOCK + 8, SnapshotProblem::BadMark(2))
+    );
+    assert_eq!(
+        bytes[HAND + 8..HAND + 16],
+        (BLOCK_SLOTS as u64).to_le_bytes()
+    );
+    assert_eq!(
+        problem(&with(HAND, &(BLOCK_SLOTS as u64).to_le_bytes())),
+        (
+            HAND,
+            SnapshotProblem::Hand {
+                hand: BLOCK_SLOTS as u64,
+                slots: BLOCK_SLOTS as u64
+            }
+        )
+    );
 }
 
 /// The ledger's request states and tombstones survive: a free relayed before its booking is

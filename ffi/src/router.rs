@@ -21,8 +21,8 @@ pub const LIBROUTE_MAX_TABLE_SLOTS: usize = 1 << 26;
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
 pub struct libroute_router_config {
-    /// Slots of the block table (the index holds half as many blocks; the least recently stored
-    /// is evicted beyond that).
+    /// Slots of the block table (the index holds half as many blocks; beyond that it evicts a
+    /// block not stored again since the clock's hand last passed it).
     pub block_slots: usize,
     /// Most workers: 64, 256 or 1024.
     pub max_workers: usize,
@@ -595,8 +595,8 @@ pub unsafe extern "C" fn libroute_router_get_counters(
     })
 }
 
-/// Writes the router's snapshot to `out` and its size in bytes to `*written`: its index (blocks,
-/// the least recently stored first, and the workers holding each, per tier) and its ledger
+/// Writes the router's snapshot to `out` and its size in bytes to `*written`: its index (blocks
+/// in their table's order, the workers holding each per tier, and the eviction clock's state) and its ledger
 /// (bookings, loads, recent request ids, speeds), in libroute's versioned little-endian format
 /// (`libroute_core::snapshot`); not approximate mode's predictions. A router given the bytes
 /// with `libroute_router_restore` holds the same state, so a restarted host resumes where the

@@ -20,7 +20,7 @@ enum Op {
 pub fn run(data: &[u8]) {
     let Ok(ops) = Vec::<Op>::arbitrary(&mut Unstructured::new(data)) else { return };
     let mut index = PrefixIndex::<_, _, 1>::new(vec![BlockSlot::<1>::empty(); 32], vec![WorkerSlot::empty(); 128]).unwrap();
-    let mut model = common::Model { capacity: index.block_capacity(), ..common::Model::default() };
+    let mut model = common::Model::new(32);
     let mut overlaps = Overlaps::<1>::new();
     let hashes = |h: &[u8]| -> Vec<u64> { h.iter().take(12).map(|b| u64::from(*b % 40)).collect() };
     for op in ops.iter().take(400) {

@@ -147,7 +147,7 @@ pub fn run(data: &[u8]) {
     let ledger = Ledger::new(vec![RequestSlot::empty(); 1024], vec![LoadSlot::empty(); 16], vec![0u64; 512]).unwrap();
     let (host_weight, disk_weight) = (knobs.cost.host_cache_hit_weight, knobs.cost.disk_cache_hit_weight);
     let mut router = Router::new(index, ledger, host_weight, disk_weight);
-    let mut kv = common::Model { capacity: router.index.block_capacity(), ..common::Model::default() };
+    let mut kv = common::Model::new(64);
     let mut books = LedgerModel::default();
     for w in 0..WORKERS {
         router.ledger.add_worker(WorkerKey::new(w, 0)).unwrap();

@@ -76,8 +76,8 @@ pub type HostRouter<const WORDS: usize> = Router<
     WORDS,
 >;
 
-/// A [`HostRouter`] indexing at least `blocks` blocks (the least recently stored are evicted
-/// beyond), for `workers` workers (the index tracks at most `64 * WORDS`) and `requests` requests in flight, with a tombstone ring as long as the
+/// A [`HostRouter`] indexing at least `blocks` blocks (beyond, blocks not stored again lately are
+/// evicted by the index's clock), for `workers` workers (the index tracks at most `64 * WORDS`) and `requests` requests in flight, with a tombstone ring as long as the
 /// request table (events overtaken by up to that many others are still recognized). Tier weights
 /// are 0 (device only); build with [`Router::new`] for tiered fleets.
 ///

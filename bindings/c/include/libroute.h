@@ -829,8 +829,8 @@ typedef struct libroute_explanation {
  */
 typedef struct libroute_router_config {
   /**
-   * Slots of the block table (the index holds half as many blocks; the least recently stored
-   * is evicted beyond that).
+   * Slots of the block table (the index holds half as many blocks; beyond that it evicts a
+   * block not stored again since the clock's hand last passed it).
    */
   size_t block_slots;
   /**
@@ -1453,8 +1453,8 @@ libroute_status libroute_router_get_counters(struct libroute_router *router,
                                              struct libroute_router_counters *out);
 
 /**
- * Writes the router's snapshot to `out` and its size in bytes to `*written`: its index (blocks,
- * the least recently stored first, and the workers holding each, per tier) and its ledger
+ * Writes the router's snapshot to `out` and its size in bytes to `*written`: its index (blocks
+ * in their table's order, the workers holding each per tier, and the eviction clock's state) and its ledger
  * (bookings, loads, recent request ids, speeds), in libroute's versioned little-endian format
  * (`libroute_core::snapshot`); not approximate mode's predictions. A router given the bytes
  * with `libroute_router_restore` holds the same state, so a restarted host resumes where the

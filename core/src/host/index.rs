@@ -57,16 +57,14 @@ impl Tier {
     }
 }
 
-const NIL: u32 = u32::MAX;
-
-/// One block of the index: which workers hold it in each tier, and its place in the
-/// least-recently-stored list.
+/// One block of the index: which workers hold it in each tier, and whether it was stored since
+/// the clock's hand last passed it.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub struct BlockEntry<const WORDS: usize> {
     /// Holders per tier, then (row 3) the router's own unexpired predictions (approximate mode).
     held: [[u64; WORDS]; 4],
-    newer: u32,
-    older: u32,
+    /// Stored since the hand last passed: the hand clears it instead of evicting the block.
+    referenced: bool,
     /// Bit `r` set when row `r` of `held` has a bit set: most blocks are held in device memory
     /// only, and a query then reads one row of the entry instead of four.
     rows: u8,
@@ -76,8 +74,7 @@ impl<const WORDS: usize> Default for BlockEntry<WORDS> {
     fn default() -> Self {
         Self {
             held: [[0; WORDS]; 4],
-            newer: NIL,
-            older: NIL,
+            referenced: false,
             rows: 0,
         }
     }
@@ -88,7 +85,8 @@ impl<const WORDS: usize> fmt::Debug for BlockEntry<WORDS> {
         f.debug_struct("BlockEntry")
             .field("held", &self.held)
             .field("rows", &self.rows)
-            .finish_non_exhaustive()
+            .field("referenced", &self.referenced)
+            .finish()
     }
 }
 
@@ -405,8 +403,8 @@ pub struct PrefixIndex<B, W, const WORDS: usize> {
     blocks: Table<u64, BlockEntry<WORDS>, B>,
     workers: Table<WorkerKey, u32, W>,
     used_bits: [u64; WORDS],
-    newest: u32,
-    oldest: u32,
+    /// The clock's hand: the next slot it looks at when a store must evict.
+    hand: usize,
     counters: IndexCounters,
     /// This index's instance number (see [`crate::host::version`]).
     instance: usize,
@@ -448,8 +446,7 @@ where
             blocks: Table::new(blocks)?,
             workers: Table::new(workers)?,
             used_bits: [0; WORDS],
-            newest: NIL,
-            oldest: NIL,
+            hand: 0,
             counters: IndexCounters::default(),
             instance: new_instance(),
             bit_changes: 0,
@@ -563,27 +560,24 @@ where
     }
 
     /// Sets `bit` in row `row` (a tier, or 3 for predictions) of each block, inserting blocks
-    /// (evicting the oldest when full) and refreshing them.
+    /// (evicting one by the clock when full) and marking them referenced.
     pub(crate) fn set_bits(&mut self, row: usize, bit: u32, hashes: &[u64]) {
         let (word, mask) = ((bit / 64) as usize, 1u64 << (bit % 64));
         for &hash in hashes {
             let i = match self.blocks.probe(hash) {
-                Ok(i) => {
-                    self.unlink(i);
-                    i
-                }
-                // Placed where the search ended, before the oldest block is evicted: an eviction
-                // may open a slot earlier on its path, and the search would have to run again.
+                Ok(i) => i,
+                // Placed where the search ended, before a block is evicted: an eviction may open
+                // a slot earlier on its path, and the search would have to run again.
                 Err(vacancy) => match self.blocks.place(vacancy, hash, BlockEntry::default()) {
                     Ok(()) => vacancy,
                     Err(_) => continue, // unreachable: at most one block past the capacity
                 },
             };
-            self.blocks.value_mut(i).set(row, word, mask);
-            self.link_newest(i);
+            let entry = self.blocks.value_mut(i);
+            entry.set(row, word, mask);
+            entry.referenced = true;
             if self.blocks.len() > self.blocks.capacity() {
-                // Never the block just stored, the newest: the capacity is at least 4.
-                self.evict_oldest();
+                self.evict(i);
             }
         }
     }
@@ -597,7 +591,7 @@ where
         let entry = self.blocks.value_mut(i);
         entry.clear(row, (bit / 64) as usize, 1u64 << (bit % 64));
         if entry.is_empty() {
-            self.delete(i);
+            self.blocks.remove_at(i);
         }
         true
     }
@@ -636,7 +630,7 @@ where
                 }
                 if entry.is_empty() {
                     // Backward shift may move a later (unvisited) entry into slot i: look again.
-                    self.delete(i);
+                    self.blocks.remove_at(i);
                     continue;
                 }
             }
@@ -644,77 +638,32 @@ where
         }
         if forget {
             if let Some(i) = self.workers.find(worker) {
-                self.workers.remove_at(i, |_, _, _| {});
+                self.workers.remove_at(i);
             }
             self.used_bits[word] &= !mask;
             self.bit_changes += 1;
         }
     }
 
-    fn evict_oldest(&mut self) {
-        if self.oldest != NIL {
-            self.delete(self.oldest as usize);
-            self.counters.evictions += 1;
-        }
-    }
-
-    /// Removes slot `i` from the recency list.
-    fn unlink(&mut self, i: usize) {
-        let BlockEntry { newer, older, .. } = *self.blocks.value(i);
-        if newer == NIL {
-            self.newest = older;
-        } else {
-            self.blocks.value_mut(newer as usize).older = older;
-        }
-        if older == NIL {
-            self.oldest = newer;
-        } else {
-            self.blocks.value_mut(older as usize).newer = newer;
-        }
-    }
-
-    /// Puts slot `i` at the newest end of the recency list.
-    fn link_newest(&mut self, i: usize) {
-        #[allow(
-            clippy::cast_possible_truncation,
-            reason = "slot counts are at most 2^31"
-        )]
-        let i32 = i as u32;
-        let entry = self.blocks.value_mut(i);
-        entry.newer = NIL;
-        entry.older = self.newest;
-        if self.newest == NIL {
-            self.oldest = i32;
-        } else {
-            self.blocks.value_mut(self.newest as usize).newer = i32;
-        }
-        self.newest = i32;
-    }
-
-    /// Deletes the block at slot `i`, keeping the recency list intact across the table's shifts.
-    fn delete(&mut self, i: usize) {
-        self.unlink(i);
-        let (newest, oldest) = (&mut self.newest, &mut self.oldest);
-        self.blocks.remove_at(i, |table, from, to| {
-            #[allow(
-                clippy::cast_possible_truncation,
-                reason = "slot counts are at most 2^31"
-            )]
-            let (from, to) = (from as u32, to as u32);
-            let BlockEntry { newer, older, .. } = *table.value(to as usize);
-            if newer == NIL {
-                debug_assert_eq!(*newest, from);
-                *newest = to;
-            } else {
-                table.value_mut(newer as usize).older = to;
+    /// Evicts one block by the clock, never the one at slot `keep` (the block just stored): the
+    /// hand clears the mark of each referenced block it passes and evicts the first unmarked one,
+    /// staying on its slot, where the deletion's backward shift may have moved the next block. (A
+    /// deletion elsewhere may shift a block back past the hand: that block waits one more sweep.)
+    fn evict(&mut self, keep: usize) {
+        let last = self.blocks.slot_count() - 1;
+        loop {
+            let i = self.hand;
+            if i != keep && self.blocks.is_used(i) {
+                let entry = self.blocks.value_mut(i);
+                if !entry.referenced {
+                    self.blocks.remove_at(i);
+                    self.counters.evictions += 1;
+                    return;
+                }
+                entry.referenced = false;
             }
-            if older == NIL {
-                debug_assert_eq!(*oldest, from);
-                *oldest = to;
-            } else {
-                table.value_mut(older as usize).newer = to;
-            }
-        });
+            self.hand = (i + 1) & last;
+        }
     }
 
     /// Counts, for every worker, the leading blocks of `hashes` it holds, per tier, into `out`.
@@ -903,7 +852,7 @@ pub(crate) fn clear_cache(row: &mut Row) {
 
 /// The tag and format version of an index's snapshot section.
 const SNAPSHOT_TAG: [u8; 4] = *b"LRIX";
-const SNAPSHOT_VERSION: u16 = 1;
+const SNAPSHOT_VERSION: u16 = 2;
 
 impl<B, W, const WORDS: usize> PrefixIndex<B, W, WORDS>
 where
@@ -911,11 +860,14 @@ where
     W: AsRef<[WorkerSlot]> + AsMut<[WorkerSlot]>,
 {
     /// Writes the index's state to `out` as a snapshot section ([`crate::snapshot`]): its
-    /// counters, its workers and their bits, and its blocks with their holders per tier, the
-    /// least recently stored first, so an index read back evicts in the same order. The
-    /// router's own predictions (approximate mode) are not written: they are this router's
-    /// short-lived guesses, kept beside their records in [`crate::Predictions`], and a block
-    /// held by predictions alone is left out.
+    /// counters, its workers and their bits, its blocks with their holders per tier and their
+    /// clock marks, and the clock's hand. The blocks are listed so that an index read back into
+    /// storage of the same slot count puts each in the slot it had, and its hand on the same
+    /// slot, so it evicts in the same order (into storage of another size, the hand goes to the
+    /// same point of the table). The router's own predictions (approximate mode)
+    /// are not written: they are this router's short-lived guesses, kept beside their records in
+    /// [`crate::Predictions`], and a block held by predictions alone is left out (so the blocks
+    /// after it in its probe run may move up a slot when read back).
     pub fn write_snapshot(&self, out: &mut impl FnMut(&[u8])) {
         let mut w = SnapshotWriter { out };
         w.section(SNAPSHOT_TAG, SNAPSHOT_VERSION);
@@ -934,27 +886,27 @@ where
                 w.u32(*self.workers.value(i));
             }
         }
-        let held_in_tiers = |e: &BlockEntry<WORDS>| e.rows & 0b111 != 0;
-        let mut count = 0;
-        let mut i = self.oldest;
-        while i != NIL {
-            let e = self.blocks.value(i as usize);
-            count += usize::from(held_in_tiers(e));
-            i = e.newer;
-        }
-        w.count(count);
-        let mut i = self.oldest;
-        while i != NIL {
-            let e = self.blocks.value(i as usize);
-            if held_in_tiers(e) {
-                w.u64(self.blocks.key(i as usize));
-                for row in &e.held[..3] {
-                    for word in row {
-                        w.u64(*word);
-                    }
+        // The hand, as a slot of a table of this many: an index read back into storage of
+        // another size puts it at the same point of the hash space.
+        w.u64(self.hand as u64);
+        w.u64(self.blocks.slot_count() as u64);
+        // Blocks in slot order from an empty slot, so that inserting them in the order written
+        // lays them out in the same slots again (a probe run is never split by where the walk
+        // starts).
+        let slots = self.blocks.slot_count();
+        let start = (0..slots).find(|&i| !self.blocks.is_used(i)).unwrap_or(0);
+        let walk = || (start..start + slots).map(|i| i & (slots - 1));
+        let written = |i: usize| self.blocks.is_used(i) && self.blocks.value(i).rows & 0b111 != 0;
+        w.count(walk().filter(|&i| written(i)).count());
+        for i in walk().filter(|&i| written(i)) {
+            let e = self.blocks.value(i);
+            w.u64(self.blocks.key(i));
+            w.u8(u8::from(e.referenced));
+            for row in &e.held[..3] {
+                for word in row {
+                    w.u64(*word);
                 }
             }
-            i = e.newer;
         }
     }
 
@@ -967,7 +919,8 @@ where
     /// ([`SnapshotProblem::Storage`]), a section that is not an index's of this format version
     /// and number of worker words, more workers or blocks than the storage holds, a worker or
     /// block listed twice, a worker bit out of range or given twice, a block held by a bit no
-    /// worker has or by nobody, and bytes that end early.
+    /// worker has or by nobody, a block's clock mark other than 0 or 1, the hand beyond its
+    /// table, and bytes that end early.
     pub fn from_snapshot(
         blocks: B,
         workers: W,
@@ -1022,23 +975,27 @@ where
             }
             index.used_bits[word] |= mask;
         }
+        let hand_at = reader.offset();
+        let (hand, slots) = (reader.u64()?, reader.u64()?);
+        if hand >= slots {
+            return Err(SnapshotReader::error_at(
+                hand_at,
+                SnapshotProblem::Hand { hand, slots },
+            ));
+        }
+        // hand < slots, so the product's quotient is below the slot count, a usize.
+        #[allow(
+            clippy::cast_possible_truncation,
+            reason = "below the slot count, a usize"
+        )]
+        {
+            index.hand =
+                (u128::from(hand) * index.blocks.slot_count() as u128 / u128::from(slots)) as usize;
+        }
         for _ in 0..reader.count("blocks", index.blocks.capacity())? {
             let at = reader.offset();
             let hash = reader.u64()?;
-            let mut entry = BlockEntry::<WORDS>::default();
-            for row in 0..3 {
-                for word in 0..WORDS {
-                    let at = reader.offset();
-                    let bits = reader.u64()?;
-                    if bits & !index.used_bits[word] != 0 {
-                        return Err(SnapshotReader::error_at(at, SnapshotProblem::UnknownBit));
-                    }
-                    entry.held[row][word] = bits;
-                    if bits != 0 {
-                        entry.rows |= 1 << row;
-                    }
-                }
-            }
+            let entry = index.read_block(reader)?;
             if entry.rows == 0 {
                 return Err(SnapshotReader::error_at(
                     at,
@@ -1055,9 +1012,42 @@ where
             if index.blocks.find(hash).is_some() {
                 return Err(duplicate);
             }
-            let i = index.blocks.insert(hash, entry).map_err(|_| duplicate)?;
-            index.link_newest(i);
+            index.blocks.insert(hash, entry).map_err(|_| duplicate)?;
         }
         Ok(index)
+    }
+
+    /// A block's clock mark and holders, as [`PrefixIndex::write_snapshot`] writes them after its
+    /// hash: a mark of 0 or 1, and holders with bits of known workers only.
+    fn read_block(
+        &self,
+        reader: &mut SnapshotReader<'_>,
+    ) -> Result<BlockEntry<WORDS>, SnapshotError> {
+        let mut entry = BlockEntry::<WORDS>::default();
+        let mark_at = reader.offset();
+        entry.referenced = match reader.u8()? {
+            0 => false,
+            1 => true,
+            m => {
+                return Err(SnapshotReader::error_at(
+                    mark_at,
+                    SnapshotProblem::BadMark(m),
+                ));
+            }
+        };
+        for row in 0..3 {
+            for word in 0..WORDS {
+                let at = reader.offset();
+                let bits = reader.u64()?;
+                if bits & !self.used_bits[word] != 0 {
+                    return Err(SnapshotReader::error_at(at, SnapshotProblem::UnknownBit));
+                }
+                entry.held[row][word] = bits;
+                if bits != 0 {
+                    entry.rows |= 1 << row;
+                }
+            }
+        }
+        Ok(entry)
     }
 }

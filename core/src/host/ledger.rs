@@ -312,7 +312,7 @@ where
     /// changes no load). Unknown workers are ignored.
     pub fn remove_worker(&mut self, worker: WorkerKey) {
         if let Some(i) = self.workers.find(worker) {
-            self.workers.remove_at(i, |_, _, _| {});
+            self.workers.remove_at(i);
             self.note(worker);
         }
     }
@@ -625,7 +625,7 @@ where
     pub fn free(&mut self, id: u64) -> Result<(), LedgerError> {
         let (i, entry) = self.booked(id)?;
         self.adjust(entry.worker, &entry, Sign::Sub);
-        self.requests.remove_at(i, |_, _, _| {});
+        self.requests.remove_at(i);
         Ok(())
     }
 
@@ -650,7 +650,7 @@ where
                 if self.requests.value(i).state & BOOKED == 0
                     || self.requests.value(i).state & FREED != 0
                 {
-                    self.requests.remove_at(i, |_, _, _| {});
+                    self.requests.remove_at(i);
                 }
             }
             self.tomb_head = (self.tomb_head + 1) % ring;

@@ -217,7 +217,7 @@ where
         self.len -= 1;
         if let Some(i) = self.map.find(record.key) {
             if *self.map.value(i) == record.expires {
-                self.map.remove_at(i, |_, _, _| {});
+                self.map.remove_at(i);
                 index.clear_bit(PREDICTED, record.key.bit, record.key.hash);
                 if forced {
                     self.forced += 1;

@@ -72,6 +72,15 @@ pub enum SnapshotProblem {
     EmptyBlock(u64),
     /// A request state that is not a combination the ledger makes.
     BadState(u8),
+    /// A block's clock mark that is neither 0 nor 1.
+    BadMark(u8),
+    /// The clock hand beyond the slots of the table it was written from.
+    Hand {
+        /// The hand's slot.
+        hand: u64,
+        /// The table's slot count.
+        slots: u64,
+    },
     /// A number that must be finite (a time or a calibration sum) is not.
     NotFinite,
     /// Bytes left after the last section.
@@ -116,6 +125,13 @@ impl fmt::Display for SnapshotError {
             SnapshotProblem::BadState(s) => {
                 write!(f, "request state {s:#x} is not one the ledger makes")
             }
+            SnapshotProblem::BadMark(m) => {
+                write!(f, "block mark {m:#x} is neither 0 nor 1")
+            }
+            SnapshotProblem::Hand { hand, slots } => write!(
+                f,
+                "the clock hand is at slot {hand} of a table of {slots} slots"
+            ),
             SnapshotProblem::NotFinite => f.write_str("a time or calibration sum is not finite"),
             SnapshotProblem::TrailingBytes(n) => write!(f, "{n} bytes after the last section"),
             SnapshotProblem::Storage(e) => write!(f, "{e}"),

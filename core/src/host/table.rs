@@ -275,9 +275,8 @@ impl<K: TableKey, V: Copy + Default, S: AsRef<[Slot<K, V>]> + AsMut<[Slot<K, V>]
     }
 
     /// Removes the key at slot `i`, shifting later entries of its probe run back so no tombstone
-    /// is left. `moved(table, from, to)` is called for each entry that moves, after it moved, so
-    /// a caller that links slots by index can repair the links.
-    pub(crate) fn remove_at(&mut self, i: usize, mut moved: impl FnMut(&mut Self, usize, usize)) {
+    /// is left.
+    pub(crate) fn remove_at(&mut self, i: usize) {
         let mask = self.slots.as_ref().len() - 1;
         let mut hole = i;
         let mut j = i;
@@ -293,7 +292,6 @@ impl<K: TableKey, V: Copy + Default, S: AsRef<[Slot<K, V>]> + AsMut<[Slot<K, V>]
             if dist_hole <= dist_j {
                 let slots = self.slots.as_mut();
                 slots[hole] = slots[j];
-                moved(self, j, hole);
                 hole = j;
             }
         }
@@ -339,7 +337,7 @@ mod tests {
             assert_eq!(t.find_hinted(key, Some(hint)), t.find(key), "key {key}");
             match t.find(key) {
                 Some(i) if rng & 1 == 0 => {
-                    t.remove_at(i, |_, _, _| {});
+                    t.remove_at(i);
                     model.remove(&key);
                 }
                 Some(i) => {
@@ -370,7 +368,7 @@ mod tests {
                             .find(|&i| t.is_used(i))
                             .unwrap();
                         model.remove(&t.key(victim));
-                        t.remove_at(victim, |_, _, _| {});
+                        t.remove_at(victim);
                     }
                 }
             }

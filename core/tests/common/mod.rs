@@ -11,40 +11,93 @@ use std::collections::{HashMap, HashSet};
 
 use libroute_core::{LedgerError, WorkerKey, WorkerLoad};
 
-/// The model: block -> worker -> tiers held, and blocks in store order (oldest first).
+/// The model: block -> worker -> tiers held, and the block table's slots as the index lays them
+/// out (each block in the first free slot from its home, a removal shifting later blocks of its
+/// run back), with a clock over them: a store marks its block, and a store past the capacity
+/// sweeps a hand from where it stopped, unmarking marked blocks, to the first unmarked one (never
+/// the block just stored), which is evicted.
 #[derive(Default)]
 pub struct Model {
     pub held: HashMap<u64, HashMap<WorkerKey, HashSet<usize>>>,
-    pub recency: Vec<u64>,
-    pub capacity: usize,
+    /// (block, marked) per slot.
+    pub slots: Vec<Option<(u64, bool)>>,
+    pub hand: usize,
     pub evictions: u64,
 }
 
+/// A block's home slot among `slots` (a power of two): the index's key mix, murmur3's finalizer
+/// halves.
+fn home(hash: u64, slots: usize) -> usize {
+    let z = (hash ^ (hash >> 33)).wrapping_mul(0xff51_afd7_ed55_8ccd);
+    usize::try_from((z ^ (z >> 33)) % slots as u64).expect("below the slot count")
+}
+
 impl Model {
-    fn touch(&mut self, hash: u64) {
-        self.recency.retain(|h| *h != hash);
-        self.recency.push(hash);
+    /// An empty model of an index over `slots` block slots (holding half as many blocks).
+    pub fn new(slots: usize) -> Self {
+        Self {
+            slots: vec![None; slots],
+            ..Self::default()
+        }
+    }
+
+    fn slot_of(&self, hash: u64) -> Option<usize> {
+        self.slots
+            .iter()
+            .position(|s| matches!(s, Some((h, _)) if *h == hash))
     }
 
     fn forget(&mut self, hash: u64) {
         self.held.remove(&hash);
-        self.recency.retain(|h| *h != hash);
+        let n = self.slots.len();
+        let mut hole = self.slot_of(hash).expect("a held block has a slot");
+        self.slots[hole] = None;
+        // Move each later block of the run into the hole when the hole is on its way from home.
+        let mut j = hole;
+        loop {
+            j = (j + 1) % n;
+            let Some((h, _)) = self.slots[j] else { break };
+            let from_home = |i: usize| (i + n - home(h, n)) % n;
+            if from_home(hole) <= from_home(j) {
+                self.slots[hole] = self.slots[j].take();
+                hole = j;
+            }
+        }
     }
 
     pub fn store(&mut self, worker: WorkerKey, tier: usize, hashes: &[u64]) {
+        let n = self.slots.len();
         for &h in hashes {
-            if !self.held.contains_key(&h) && self.held.len() >= self.capacity {
-                let oldest = self.recency[0];
-                self.forget(oldest);
-                self.evictions += 1;
-            }
+            let at = self.slot_of(h).unwrap_or_else(|| {
+                let mut at = home(h, n);
+                while self.slots[at].is_some() {
+                    at = (at + 1) % n;
+                }
+                at
+            });
+            self.slots[at] = Some((h, true));
             self.held
                 .entry(h)
                 .or_default()
                 .entry(worker)
                 .or_default()
                 .insert(tier);
-            self.touch(h);
+            if self.held.len() > n / 2 {
+                loop {
+                    match self.slots[self.hand] {
+                        Some((victim, false)) if self.hand != at => {
+                            self.forget(victim);
+                            self.evictions += 1;
+                            break;
+                        }
+                        Some((victim, true)) if self.hand != at => {
+                            self.slots[self.hand] = Some((victim, false));
+                        }
+                        _ => {}
+                    }
+                    self.hand = (self.hand + 1) % n;
+                }
+            }
         }
     }
 

@@ -322,7 +322,7 @@ impl<S: AsRef<[EngineSlot]> + AsMut<[EngineSlot]>> KvIngest<S> {
         while i < self.map.slot_count() {
             if self.map.is_used(i) && self.map.key(i).worker == worker {
                 // Backward shift may move a later (unvisited) entry into slot i: look again.
-                self.map.remove_at(i, |_, _, _| {});
+                self.map.remove_at(i);
                 continue;
             }
             i += 1;
@@ -453,7 +453,7 @@ impl<S: AsRef<[EngineSlot]> + AsMut<[EngineSlot]>> KvIngest<S> {
             mapped.tiers &= !tier_bit(tier);
             chunk[n] = mapped.router_hash;
             if mapped.tiers == 0 {
-                self.map.remove_at(i, |_, _, _| {});
+                self.map.remove_at(i);
             }
             n += 1;
             summary.removed_blocks += 1;
@@ -509,7 +509,7 @@ impl<S: AsRef<[EngineSlot]> + AsMut<[EngineSlot]>> KvIngest<S> {
         while !self.map.is_used(i) {
             i = (i + 1) & mask;
         }
-        self.map.remove_at(i, |_, _, _| {});
+        self.map.remove_at(i);
         self.counters.forgotten += 1;
     }
 }
