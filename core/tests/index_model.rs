@@ -32,12 +32,21 @@ fn op() -> impl Strategy<Value = Op> {
     ]
 }
 
+/// An index of one-word holder sets (up to 64 workers) over `slots` block slots.
+fn one_word_index(slots: usize) -> PrefixIndex<Vec<BlockSlot<1>>, Vec<WorkerSlot>, 1> {
+    PrefixIndex::new(
+        vec![BlockSlot::<1>::empty(); slots],
+        vec![WorkerSlot::empty(); 128],
+    )
+    .unwrap()
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 200, ..ProptestConfig::default() })]
 
     #[test]
     fn the_index_agrees_with_the_model(ops in prop::collection::vec(op(), 1..300)) {
-        let mut index = PrefixIndex::<_, _, 1>::new(vec![BlockSlot::<1>::empty(); 16], vec![WorkerSlot::empty(); 128]).unwrap();
+        let mut index = one_word_index(16);
         let mut model = Model::new(16);
         let tiers = Tier::ALL;
         let mut overlaps = Overlaps::<1>::new();
@@ -88,11 +97,7 @@ proptest! {
 
 #[test]
 fn a_worker_beyond_capacity_is_refused_and_changes_nothing() {
-    let mut index = PrefixIndex::<_, _, 1>::new(
-        vec![BlockSlot::<1>::empty(); 64],
-        vec![WorkerSlot::empty(); 128],
-    )
-    .unwrap();
+    let mut index = one_word_index(64);
     for w in 0..64 {
         index
             .apply(&KvEvent::Stored {
@@ -140,11 +145,7 @@ fn a_worker_beyond_capacity_is_refused_and_changes_nothing() {
 /// store order (first in, first out) would drop them every time the stream turns the table over.
 #[test]
 fn blocks_stored_again_outlive_blocks_stored_once() {
-    let mut index = PrefixIndex::<_, _, 1>::new(
-        vec![BlockSlot::<1>::empty(); 1024],
-        vec![WorkerSlot::empty(); 128],
-    )
-    .unwrap();
+    let mut index = one_word_index(1024);
     let worker = WorkerKey::new(1, 0);
     let store = |index: &mut PrefixIndex<_, _, 1>, hashes: &[u64]| {
         index
@@ -260,7 +261,7 @@ proptest! {
     fn approximate_mode_agrees_with_the_model(ops in prop::collection::vec(approx_op(), 1..200)) {
         use libroute_core::{PredictionRecord, PredictionSlot, Predictions};
         let ttl = 100;
-        let mut index = PrefixIndex::<_, _, 1>::new(vec![BlockSlot::<1>::empty(); 256], vec![WorkerSlot::empty(); 128]).unwrap();
+        let mut index = one_word_index(256);
         let mut predictions = Predictions::new(vec![PredictionSlot::empty(); 2048], vec![PredictionRecord::default(); 1024], ttl).unwrap();
         let mut model: HashMap<(u64, u64), u64> = HashMap::new();
         let mut now = 0u64;
@@ -294,11 +295,7 @@ proptest! {
 #[test]
 fn a_full_prediction_ring_expires_the_oldest_early() {
     use libroute_core::{PredictionRecord, PredictionSlot, Predictions};
-    let mut index = PrefixIndex::<_, _, 1>::new(
-        vec![BlockSlot::<1>::empty(); 64],
-        vec![WorkerSlot::empty(); 128],
-    )
-    .unwrap();
+    let mut index = one_word_index(64);
     let mut predictions = Predictions::new(
         vec![PredictionSlot::empty(); 64],
         vec![PredictionRecord::default(); 4],
@@ -323,11 +320,7 @@ fn a_full_prediction_ring_expires_the_oldest_early() {
 #[test]
 fn kv_events_and_predictions_combine() {
     use libroute_core::{PredictionRecord, PredictionSlot, Predictions};
-    let mut index = PrefixIndex::<_, _, 1>::new(
-        vec![BlockSlot::<1>::empty(); 64],
-        vec![WorkerSlot::empty(); 128],
-    )
-    .unwrap();
+    let mut index = one_word_index(64);
     let mut predictions = Predictions::new(
         vec![PredictionSlot::empty(); 64],
         vec![PredictionRecord::default(); 16],
@@ -363,11 +356,7 @@ fn routing_in_approximate_mode_follows_its_own_predictions() {
         DefaultKnobs, Ledger, LoadSlot, PredictionRecord, PredictionSlot, Predictions, Request,
         RequestSlot, Router, Selector,
     };
-    let index = PrefixIndex::<_, _, 1>::new(
-        vec![BlockSlot::<1>::empty(); 256],
-        vec![WorkerSlot::empty(); 128],
-    )
-    .unwrap();
+    let index = one_word_index(256);
     let ledger = Ledger::new(
         vec![RequestSlot::empty(); 64],
         vec![LoadSlot::empty(); 16],
