@@ -2,8 +2,10 @@
 //! (validation, eligibility, overload), plus a trivial scorer, plus the default cost (wrapped so
 //! it does not offer the one-pass capability). The one pass: the default cost with a trivial
 //! picker. And the full default policy. For scale, the floor of any per-row formula over these
-//! rows: reading four of each row's fields into one cost (`floor-four-fields`) and the minimum of
-//! 1,024 costs in one dependent chain (`floor-min-chain`); and at T > 0, the platform `exp` the
+//! rows: reading four of each row's fields into one cost (`floor-four-fields`; the same four
+//! fields from columns, as a structure of arrays would hold them: `floor-four-columns`; both with
+//! the one-pass loop's conversion of counters: `-exact`) and the minimum of 1,024 costs in one
+//! dependent chain (`floor-min-chain`); and at T > 0, the platform `exp` the
 //! sampler must call once per row to match Dynamo bit for bit (`floor-exp`: 1,024 calls, the
 //! weights written and nothing else); and the three divisions by a constant per row that
 //! `llm_d`'s three scorers need (`floor-three-divisions`: over contiguous columns, so two rows per
@@ -15,7 +17,7 @@ use criterion::{Criterion, criterion_group, criterion_main};
 use libroute_benches::bench_fleet;
 use libroute_core::{
     Candidates, ComponentError, DefaultCost, DefaultPicker, Leg, Pick, PickInput, PickReason,
-    Picker, Policy, RandomSource, Request, RequestView, Scorer, Selector, WorkerInputs,
+    Picker, Policy, RandomSource, Request, RequestView, Row, Scorer, Selector, WorkerInputs,
 };
 
 /// A picker that takes the first candidate and draws nothing.
@@ -122,13 +124,59 @@ fn breakdown(c: &mut Criterion) {
                 .unwrap()
         });
     });
+    let full = Policy::new((), (DefaultCost::default(),), DefaultPicker::default()).unwrap();
+    c.bench_function("full", |b| {
+        b.iter(|| {
+            full.select(&mut s, black_box(&request), black_box(&rows))
+                .unwrap()
+        });
+    });
+    floors(c, &rows);
+}
+
+/// The floors of any per-row formula over `rows` (see the module's comment).
+fn floors(c: &mut Criterion, rows: &[Row]) {
     let mut costs = vec![0.0f64; rows.len()];
     c.bench_function("floor-four-fields", |b| {
         b.iter(|| {
-            for (cost, row) in costs.iter_mut().zip(black_box(&rows)) {
+            for (cost, row) in costs.iter_mut().zip(black_box(rows)) {
                 *cost = (row.active_prefill_tokens + row.effective_tokens) as f64 * 0.0625
                     - row.effective_blocks
                     + row.active_decode_blocks as f64;
+            }
+        });
+    });
+    // The same four fields held in columns, as a structure of arrays would hold them: what the
+    // row layout costs the formula.
+    let apt: Vec<u64> = rows.iter().map(|r| r.active_prefill_tokens).collect();
+    let tokens: Vec<u64> = rows.iter().map(|r| r.effective_tokens).collect();
+    let blocks: Vec<f64> = rows.iter().map(|r| r.effective_blocks).collect();
+    let dcb: Vec<u64> = rows.iter().map(|r| r.active_decode_blocks).collect();
+    c.bench_function("floor-four-columns", |b| {
+        b.iter(|| {
+            let (apt, tokens, blocks, dcb) = black_box((&apt, &tokens, &blocks, &dcb));
+            let fields = apt.iter().zip(tokens).zip(blocks).zip(dcb);
+            for (cost, (((&apt, &tokens), &blocks), &dcb)) in costs.iter_mut().zip(fields) {
+                *cost = (apt + tokens) as f64 * 0.0625 - blocks + dcb as f64;
+            }
+        });
+    });
+    // Both again with the one-pass loop's conversion of counters instead of `as f64`.
+    c.bench_function("floor-four-fields-exact", |b| {
+        b.iter(|| {
+            for (cost, row) in costs.iter_mut().zip(black_box(rows)) {
+                *cost = exact(row.active_prefill_tokens + row.effective_tokens) * 0.0625
+                    - row.effective_blocks
+                    + exact(row.active_decode_blocks);
+            }
+        });
+    });
+    c.bench_function("floor-four-columns-exact", |b| {
+        b.iter(|| {
+            let (apt, tokens, blocks, dcb) = black_box((&apt, &tokens, &blocks, &dcb));
+            let fields = apt.iter().zip(tokens).zip(blocks).zip(dcb);
+            for (cost, (((&apt, &tokens), &blocks), &dcb)) in costs.iter_mut().zip(fields) {
+                *cost = exact(apt + tokens) * 0.0625 - blocks + exact(dcb);
             }
         });
     });
@@ -161,13 +209,13 @@ fn breakdown(c: &mut Criterion) {
             black_box(&columns);
         });
     });
-    let full = Policy::new((), (DefaultCost::default(),), DefaultPicker::default()).unwrap();
-    c.bench_function("full", |b| {
-        b.iter(|| {
-            full.select(&mut s, black_box(&request), black_box(&rows))
-                .unwrap()
-        });
-    });
+}
+
+/// `x as f64` for `x < 2^52` as the one-pass loop converts counters: an OR and a subtraction,
+/// which SSE2 packs two to an instruction (`as f64` of a `u64` is scalar there).
+fn exact(x: u64) -> f64 {
+    const TWO_52: f64 = 4_503_599_627_370_496.0;
+    f64::from_bits(x | TWO_52.to_bits()) - TWO_52
 }
 
 criterion_group!(benches, breakdown);
