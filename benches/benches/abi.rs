@@ -1,6 +1,8 @@
 //! The cost of one selection through the C ABI against the same selection in Rust, at 64 and
-//! 1,024 candidates (`cargo bench -p libroute-benches --bench abi`). The ABI is called through a
-//! function pointer the optimizer cannot see through, as a C host calls it.
+//! 1,024 candidates, and of a router's whole decision through the C ABI (the `host` bench's
+//! `router` workload at 1,024 workers, in the tables `libroute_router_new` allocates)
+//! (`cargo bench -p libroute-benches --bench abi`). The ABI is called through a function pointer
+//! the optimizer cannot see through, as a C host calls it.
 
 // Why: calling the C ABI needs raw pointers, exactly as a C host does.
 #![allow(unsafe_code)]
@@ -10,10 +12,13 @@ use std::ptr;
 
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use libroute_benches::bench_fleet;
-use libroute_core::{DefaultKnobs, Request, Selector};
+use libroute_core::{DefaultKnobs, Request, Row, Selector, WorkerKey};
 use route::{
-    libroute_policy, libroute_policy_free, libroute_policy_new_default, libroute_request,
-    libroute_row, libroute_select, libroute_selection, libroute_selector, libroute_selector_free,
+    libroute_kv_event, libroute_kv_kind, libroute_policy, libroute_policy_free,
+    libroute_policy_new_default, libroute_request, libroute_router, libroute_router_add_worker,
+    libroute_router_apply_kv_events, libroute_router_config, libroute_router_free,
+    libroute_router_free_request, libroute_router_new, libroute_router_route, libroute_row,
+    libroute_select, libroute_selection, libroute_selector, libroute_selector_free,
     libroute_selector_new, libroute_status, libroute_worker,
 };
 
@@ -28,18 +33,15 @@ type SelectFn = unsafe extern "C" fn(
     usize,
 ) -> libroute_status;
 
-fn abi(c: &mut Criterion) {
-    let mut group = c.benchmark_group("abi");
-    let policy = DefaultKnobs::default().build().unwrap();
-    let mut selector = Box::new(Selector::<4096>::new());
-    let request = Request::new(2048, 16);
-    let c_request = libroute_request {
+/// The C ABI's request for `Request::new(2048, 16)`, with `has_tier_matches` as given.
+fn c_request(has_tier_matches: u8) -> libroute_request {
+    libroute_request {
         prompt_tokens: 2048,
         block_size: 16,
         role: 2,
         track_prefill_tokens: 1,
         conditional_disagg: 0,
-        has_tier_matches: 0,
+        has_tier_matches,
         has_pin: 0,
         has_shared_hits: 0,
         pin: libroute_worker {
@@ -53,7 +55,15 @@ fn abi(c: &mut Criterion) {
         shared_hits_len: 0,
         has_session: 0,
         session: 0,
-    };
+    }
+}
+
+fn abi(c: &mut Criterion) {
+    let mut group = c.benchmark_group("abi");
+    let policy = DefaultKnobs::default().build().unwrap();
+    let mut selector = Box::new(Selector::<4096>::new());
+    let request = Request::new(2048, 16);
+    let c_request = c_request(0);
     let mut c_policy = ptr::null_mut();
     let mut c_selector = ptr::null_mut();
     // SAFETY: valid out-pointers.
@@ -109,5 +119,117 @@ fn abi(c: &mut Criterion) {
     }
 }
 
-criterion_group!(benches, abi);
+/// `router/c-abi/query+select+book/1024`: the `host` bench's `router` workload at 1,024 workers
+/// (an index of 2^18 block slots, 64 prompts of 128 blocks, each worker holding the first 64
+/// blocks of one) through `libroute_router_route`, over rows in the caller's memory in the same
+/// order every call, as a C server keeps them.
+fn router(c: &mut Criterion) {
+    let mut group = c.benchmark_group("router");
+    let workers = 1024u64;
+    let config = libroute_router_config {
+        block_slots: 1 << 18,
+        max_workers: 1024,
+        request_slots: 1 << 12,
+        tombstones: 64,
+        prediction_slots: 0,
+        prediction_ttl: 0,
+        host_weight: 0.75,
+        disk_weight: 0.25,
+    };
+    let prompts: Vec<Vec<u64>> = (0..64u64)
+        .map(|p| {
+            (0..128)
+                .map(|b| (p % 8) * 10_000 + (p / 8) * 100 + b)
+                .collect()
+        })
+        .collect();
+    let mut c_router: *mut libroute_router = ptr::null_mut();
+    let mut c_policy = ptr::null_mut();
+    let mut c_selector = ptr::null_mut();
+    // SAFETY: valid config and out-pointers; the events' hashes outlive the call.
+    unsafe {
+        assert_eq!(
+            libroute_router_new(&raw const config, &raw mut c_router),
+            libroute_status::Ok
+        );
+        assert_eq!(
+            libroute_policy_new_default(&raw mut c_policy),
+            libroute_status::Ok
+        );
+        assert_eq!(
+            libroute_selector_new(1024, 0, &raw mut c_selector),
+            libroute_status::Ok
+        );
+        for w in 0..workers {
+            let worker = libroute_worker {
+                worker_id: w,
+                dp_rank: 0,
+            };
+            assert_eq!(
+                libroute_router_add_worker(c_router, worker),
+                libroute_status::Ok
+            );
+            let prompt = &prompts[usize::try_from(w % 64).unwrap()];
+            let stored = libroute_kv_event {
+                kind: libroute_kv_kind::Stored as u32,
+                worker,
+                tier: 0,
+                hashes: prompt.as_ptr(),
+                hashes_len: 64,
+            };
+            assert_eq!(
+                libroute_router_apply_kv_events(c_router, &raw const stored, 1),
+                libroute_status::Ok
+            );
+        }
+    }
+    let request = c_request(1);
+    let mut rows: Vec<Row> = (0..workers)
+        .map(|w| Row::new(WorkerKey::new(w, 0)))
+        .collect();
+    // SAFETY: `libroute_row` has `Row`'s layout (a compile-time check in the ffi crate).
+    let c_rows: *mut libroute_row = rows.as_mut_ptr().cast();
+    let rows_len = rows.len();
+    // SAFETY: `libroute_selection` is plain data.
+    let mut out: libroute_selection = unsafe { std::mem::zeroed() };
+    let mut id = 0u64;
+    group.bench_function(BenchmarkId::new("c-abi/query+select+book", workers), |b| {
+        b.iter(|| {
+            id += 1;
+            let prompt = &prompts[usize::try_from(id % 64).unwrap()];
+            // SAFETY: live handles, a valid request, the prompt's hashes, `workers` rows and an
+            // out-pointer.
+            unsafe {
+                let rc = libroute_router_route(
+                    c_router,
+                    c_policy,
+                    c_selector,
+                    &raw const request,
+                    black_box(prompt.as_ptr()),
+                    prompt.len(),
+                    c_rows,
+                    rows_len,
+                    id,
+                    0,
+                    &raw mut out,
+                );
+                assert_eq!(rc, libroute_status::Ok);
+                assert_eq!(
+                    libroute_router_free_request(c_router, id),
+                    libroute_status::Ok
+                );
+            }
+            black_box(out.row)
+        });
+    });
+    group.finish();
+    // SAFETY: live handles, freed once.
+    unsafe {
+        libroute_selector_free(c_selector);
+        libroute_policy_free(c_policy);
+        libroute_router_free(c_router);
+    }
+}
+
+criterion_group!(benches, abi, router);
 criterion_main!(benches);
