@@ -34,11 +34,12 @@
 //! the safe layer's arguments and its `Failure` into a status and the thread's detail. The C
 //! types they share (rows, requests, selections, their conversions and [`RequestArgs`]) are in
 //! `vocab`, C-written filters and scorers in `components`, statuses, [`Failure`] and the
-//! boundary in `status`, text out in `text`. Every handle follows one ownership story,
-//! `handle::Handle`: the value it points to is boxed by `_new`, borrowed by each call and freed
-//! once by `_free`; no call casts a handle by hand. The header `libroute.h` is generated from
-//! these items' doc comments by cbindgen (`cargo xtask codegen`), so the header and the Rust docs
-//! are one text.
+//! boundary in `status`, text out in `text`, and `pages`, the memory of the router's tables
+//! (large ones in huge pages), whose unsafe allocation the safe layer uses through a safe type.
+//! Every handle follows one ownership story, `handle::Handle`: the value it points to is boxed by
+//! `_new`, borrowed by each call and freed once by `_free`; no call casts a handle by hand. The
+//! header `libroute.h` is generated from these items' doc comments by cbindgen (`cargo xtask
+//! codegen`), so the header and the Rust docs are one text.
 
 // Why: the C half turns raw pointers into the safe layer's arguments; every block says why it
 // holds. (`host` forbids unsafe code in itself.)
@@ -63,6 +64,7 @@ mod policy;
 #[macro_use]
 mod selector;
 pub mod host;
+mod pages;
 mod policy_set;
 mod router;
 mod text;

@@ -146,7 +146,9 @@ impl Handle for libroute_router {
 ///
 /// Errors: `NULL_ARGUMENT`; `INVALID_ARGUMENT` (a slot count that is not a power of two of at
 /// least 8, `max_workers` other than 64, 256 or 1024, weights outside [0, 1] or not finite);
-/// `CAPACITY_EXCEEDED` (a table above `LIBROUTE_MAX_TABLE_SLOTS`).
+/// `CAPACITY_EXCEEDED` (a table above `LIBROUTE_MAX_TABLE_SLOTS`, or larger than the system
+/// will allocate). Tables of 2 MiB or more are 2 MiB-aligned and, on Linux, advised into
+/// transparent huge pages (`MADV_HUGEPAGE`): a route reads the block table at random places.
 ///
 /// # Safety
 ///
@@ -639,7 +641,8 @@ pub unsafe extern "C" fn libroute_router_snapshot(
 /// snapshot are not kept: add them again. A truncated or damaged snapshot, one of another format
 /// version or `max_workers`, or one holding more than this router's tables do, is
 /// `INVALID_ARGUMENT` with a detail naming the byte offset, and changes nothing; so is a router
-/// that reads engines' KV batches.
+/// that reads engines' KV batches. New tables the system will not allocate are
+/// `CAPACITY_EXCEEDED`, and change nothing either.
 ///
 /// # Safety
 ///
@@ -699,7 +702,8 @@ impl From<BatchSummary> for libroute_kv_batch_summary {
 /// tokens (the size requests are hashed with, `libroute_block_hashes`), and the map from engine
 /// block hashes to the router's holds `engine_hash_slots / 2` blocks (a power of two of at least
 /// 8; size it like `block_slots`). Called again, it starts over with an empty map. Allocates the
-/// map.
+/// map: `CAPACITY_EXCEEDED` above `LIBROUTE_MAX_TABLE_SLOTS` or when the system will not
+/// allocate it.
 ///
 /// # Safety
 ///

@@ -11,6 +11,7 @@ use libroute_core::{
 use crate::host::policy::Kind;
 use crate::host::selector::{AnySelector, with_selector};
 use crate::host::{Policy, Selector};
+use crate::pages::Pages;
 use crate::router::{
     LIBROUTE_MAX_TABLE_SLOTS, libroute_kv_batch_summary, libroute_router_config,
     libroute_router_counters,
@@ -21,17 +22,16 @@ use crate::vocab::{
     with_core_request,
 };
 
-type Boxed<T> = Box<[T]>;
 type CoreRouter<const W: usize> = GenericRouter<
-    Boxed<BlockSlot<W>>,
-    Boxed<WorkerSlot>,
-    Boxed<RequestSlot>,
-    Boxed<LoadSlot>,
-    Boxed<u64>,
+    Pages<BlockSlot<W>>,
+    Pages<WorkerSlot>,
+    Pages<RequestSlot>,
+    Pages<LoadSlot>,
+    Pages<u64>,
     W,
 >;
-type CorePredictions = Predictions<Boxed<PredictionSlot>, Boxed<PredictionRecord>>;
-type CoreIngest = KvIngest<Boxed<EngineSlot>>;
+type CorePredictions = Predictions<Pages<PredictionSlot>, Pages<PredictionRecord>>;
+type CoreIngest = KvIngest<Pages<EngineSlot>>;
 
 /// The core router of the worker width `max_workers` asked for.
 enum AnyRouter {
@@ -97,7 +97,23 @@ impl std::fmt::Debug for Router {
     }
 }
 
-fn table<T: Clone>(slots: usize, empty: T, what: &str) -> Result<Boxed<T>, Failure> {
+/// `len` copies of `empty` in [`Pages`] (huge pages for a large table); `CAPACITY_EXCEEDED`
+/// naming `what` and the bytes when the system cannot allocate them.
+fn allocate<T: Copy>(len: usize, empty: T, what: &str) -> Result<Pages<T>, Failure> {
+    Pages::filled(len, empty).ok_or_else(|| {
+        Failure::new(
+            libroute_status::CapacityExceeded,
+            format_args!(
+                "{what}: could not allocate {len} slots of {} bytes",
+                size_of::<T>()
+            ),
+        )
+    })
+}
+
+/// A hash table's storage of `slots` slots, checked: a power of two of at least 8, at most
+/// `LIBROUTE_MAX_TABLE_SLOTS`.
+fn table<T: Copy>(slots: usize, empty: T, what: &str) -> Result<Pages<T>, Failure> {
     if slots < 8 || !slots.is_power_of_two() {
         return Err(Failure::new(
             libroute_status::InvalidArgument,
@@ -112,7 +128,7 @@ fn table<T: Clone>(slots: usize, empty: T, what: &str) -> Result<Boxed<T>, Failu
             ),
         ));
     }
-    Ok(vec![empty; slots].into_boxed_slice())
+    allocate(slots, empty, what)
 }
 
 fn build<const W: usize>(c: &libroute_router_config) -> Result<CoreRouter<W>, Failure> {
@@ -120,7 +136,7 @@ fn build<const W: usize>(c: &libroute_router_config) -> Result<CoreRouter<W>, Fa
         |e: libroute_core::StorageError| Failure::new(libroute_status::InvalidArgument, e);
     let index = PrefixIndex::new(
         table(c.block_slots, BlockSlot::<W>::empty(), "block_slots")?,
-        vec![WorkerSlot::empty(); 128 * W].into_boxed_slice(),
+        allocate(128 * W, WorkerSlot::empty(), "the index's worker table")?,
     )
     .map_err(storage)?;
     if c.tombstones > LIBROUTE_MAX_TABLE_SLOTS {
@@ -131,8 +147,8 @@ fn build<const W: usize>(c: &libroute_router_config) -> Result<CoreRouter<W>, Fa
     }
     let ledger = Ledger::new(
         table(c.request_slots, RequestSlot::empty(), "request_slots")?,
-        vec![LoadSlot::empty(); 128 * W].into_boxed_slice(),
-        vec![0u64; c.tombstones].into_boxed_slice(),
+        allocate(128 * W, LoadSlot::empty(), "the ledger's worker table")?,
+        allocate(c.tombstones, 0u64, "tombstones")?,
     )
     .map_err(storage)?;
     Ok(GenericRouter::new(
@@ -154,15 +170,15 @@ fn restore_into<const W: usize>(router: &mut CoreRouter<W>, bytes: &[u8]) -> Res
     let (requests, loads, tombstones) = router.ledger.slot_counts();
     let mut reader = SnapshotReader::new(bytes);
     let index = PrefixIndex::from_snapshot(
-        vec![BlockSlot::<W>::empty(); blocks].into_boxed_slice(),
-        vec![WorkerSlot::empty(); workers].into_boxed_slice(),
+        allocate(blocks, BlockSlot::<W>::empty(), "block_slots")?,
+        allocate(workers, WorkerSlot::empty(), "the index's worker table")?,
         &mut reader,
     )
     .map_err(damaged)?;
     let ledger = Ledger::from_snapshot(
-        vec![RequestSlot::empty(); requests].into_boxed_slice(),
-        vec![LoadSlot::empty(); loads].into_boxed_slice(),
-        vec![0u64; tombstones].into_boxed_slice(),
+        allocate(requests, RequestSlot::empty(), "request_slots")?,
+        allocate(loads, LoadSlot::empty(), "the ledger's worker table")?,
+        allocate(tombstones, 0u64, "tombstones")?,
         &mut reader,
     )
     .map_err(damaged)?;
@@ -183,7 +199,7 @@ impl Router {
     ///
     /// `INVALID_ARGUMENT` (a slot count that is not a power of two of at least 8, `max_workers`
     /// other than 64, 256 or 1024, weights outside [0, 1] or not finite); `CAPACITY_EXCEEDED` (a
-    /// table above `LIBROUTE_MAX_TABLE_SLOTS`).
+    /// table above `LIBROUTE_MAX_TABLE_SLOTS`, or larger than the system will allocate).
     pub fn new(config: &libroute_router_config) -> Result<Self, Failure> {
         let c = config;
         for (weight, name) in [
@@ -216,7 +232,11 @@ impl Router {
                 PredictionSlot::empty(),
                 "prediction_slots",
             )?;
-            let ring = vec![PredictionRecord::default(); c.prediction_slots / 2].into_boxed_slice();
+            let ring = allocate(
+                c.prediction_slots / 2,
+                PredictionRecord::default(),
+                "the predictions' ring",
+            )?;
             Some(
                 Predictions::new(map, ring, c.prediction_ttl)
                     .map_err(|e| Failure::new(libroute_status::InvalidArgument, e))?,
@@ -238,7 +258,8 @@ impl Router {
     /// # Errors
     ///
     /// `INVALID_ARGUMENT` (a block size of 0, a slot count that is not a power of two of at
-    /// least 8); `CAPACITY_EXCEEDED` (above `LIBROUTE_MAX_TABLE_SLOTS`).
+    /// least 8); `CAPACITY_EXCEEDED` (above `LIBROUTE_MAX_TABLE_SLOTS`, or larger than the
+    /// system will allocate).
     pub fn read_kv_batches(
         &mut self,
         block_size: u32,
