@@ -16,10 +16,11 @@ use libroute_core::{DefaultKnobs, Request, Row, Selector, WorkerKey};
 use route::{
     libroute_kv_event, libroute_kv_kind, libroute_policy, libroute_policy_free,
     libroute_policy_new_default, libroute_request, libroute_router, libroute_router_add_worker,
-    libroute_router_apply_kv_events, libroute_router_config, libroute_router_free,
-    libroute_router_free_request, libroute_router_new, libroute_router_route, libroute_row,
-    libroute_select, libroute_selection, libroute_selector, libroute_selector_free,
-    libroute_selector_new, libroute_status, libroute_worker,
+    libroute_router_apply_kv_events, libroute_router_config, libroute_router_fleet_add,
+    libroute_router_free, libroute_router_free_request, libroute_router_new, libroute_router_route,
+    libroute_router_route_fleet, libroute_row, libroute_select, libroute_selection,
+    libroute_selector, libroute_selector_free, libroute_selector_new, libroute_status,
+    libroute_worker,
 };
 
 type SelectFn = unsafe extern "C" fn(
@@ -119,13 +120,9 @@ fn abi(c: &mut Criterion) {
     }
 }
 
-/// `router/c-abi/query+select+book/1024`: the `host` bench's `router` workload at 1,024 workers
-/// (an index of 2^18 block slots, 64 prompts of 128 blocks, each worker holding the first 64
-/// blocks of one) through `libroute_router_route`, over rows in the caller's memory in the same
-/// order every call, as a C server keeps them.
-fn router(c: &mut Criterion) {
-    let mut group = c.benchmark_group("router");
-    let workers = 1024u64;
+/// A C ABI router of `workers` workers, each registered, in the fleet, and holding the first 64
+/// blocks of one of `prompts`.
+fn c_router(workers: u64, prompts: &[Vec<u64>]) -> *mut libroute_router {
     let config = libroute_router_config {
         block_slots: 1 << 18,
         max_workers: 1024,
@@ -136,28 +133,11 @@ fn router(c: &mut Criterion) {
         host_weight: 0.75,
         disk_weight: 0.25,
     };
-    let prompts: Vec<Vec<u64>> = (0..64u64)
-        .map(|p| {
-            (0..128)
-                .map(|b| (p % 8) * 10_000 + (p / 8) * 100 + b)
-                .collect()
-        })
-        .collect();
     let mut c_router: *mut libroute_router = ptr::null_mut();
-    let mut c_policy = ptr::null_mut();
-    let mut c_selector = ptr::null_mut();
     // SAFETY: valid config and out-pointers; the events' hashes outlive the call.
     unsafe {
         assert_eq!(
             libroute_router_new(&raw const config, &raw mut c_router),
-            libroute_status::Ok
-        );
-        assert_eq!(
-            libroute_policy_new_default(&raw mut c_policy),
-            libroute_status::Ok
-        );
-        assert_eq!(
-            libroute_selector_new(1024, 0, &raw mut c_selector),
             libroute_status::Ok
         );
         for w in 0..workers {
@@ -167,6 +147,10 @@ fn router(c: &mut Criterion) {
             };
             assert_eq!(
                 libroute_router_add_worker(c_router, worker),
+                libroute_status::Ok
+            );
+            assert_eq!(
+                libroute_router_fleet_add(c_router, worker, 0),
                 libroute_status::Ok
             );
             let prompt = &prompts[usize::try_from(w % 64).unwrap()];
@@ -182,6 +166,38 @@ fn router(c: &mut Criterion) {
                 libroute_status::Ok
             );
         }
+    }
+    c_router
+}
+
+/// `router/c-abi/query+select+book/1024`: the `host` bench's `router` workload at 1,024 workers
+/// (an index of 2^18 block slots, 64 prompts of 128 blocks, each worker holding the first 64
+/// blocks of one) through `libroute_router_route`, over rows in the caller's memory in the same
+/// order every call, as a C server keeps them; `router/c-abi/fleet/query+select+book/1024`, the
+/// same routes over the router's fleet (`libroute_router_route_fleet`).
+fn router(c: &mut Criterion) {
+    let mut group = c.benchmark_group("router");
+    let workers = 1024u64;
+    let prompts: Vec<Vec<u64>> = (0..64u64)
+        .map(|p| {
+            (0..128)
+                .map(|b| (p % 8) * 10_000 + (p / 8) * 100 + b)
+                .collect()
+        })
+        .collect();
+    let c_router = c_router(workers, &prompts);
+    let mut c_policy = ptr::null_mut();
+    let mut c_selector = ptr::null_mut();
+    // SAFETY: valid out-pointers.
+    unsafe {
+        assert_eq!(
+            libroute_policy_new_default(&raw mut c_policy),
+            libroute_status::Ok
+        );
+        assert_eq!(
+            libroute_selector_new(1024, 0, &raw mut c_selector),
+            libroute_status::Ok
+        );
     }
     let request = c_request(1);
     let mut rows: Vec<Row> = (0..workers)
@@ -222,6 +238,35 @@ fn router(c: &mut Criterion) {
             black_box(out.row)
         });
     });
+    group.bench_function(
+        BenchmarkId::new("c-abi/fleet/query+select+book", workers),
+        |b| {
+            b.iter(|| {
+                id += 1;
+                let prompt = &prompts[usize::try_from(id % 64).unwrap()];
+                // SAFETY: live handles, a valid request, the prompt's hashes and an out-pointer.
+                unsafe {
+                    let rc = libroute_router_route_fleet(
+                        c_router,
+                        c_policy,
+                        c_selector,
+                        &raw const request,
+                        black_box(prompt.as_ptr()),
+                        prompt.len(),
+                        id,
+                        0,
+                        &raw mut out,
+                    );
+                    assert_eq!(rc, libroute_status::Ok);
+                    assert_eq!(
+                        libroute_router_free_request(c_router, id),
+                        libroute_status::Ok
+                    );
+                }
+                black_box(out.row)
+            });
+        },
+    );
     group.finish();
     // SAFETY: live handles, freed once.
     unsafe {

@@ -11,7 +11,7 @@ use crate::host::{Clock, Router};
 use crate::policy::libroute_policy;
 use crate::selector::{libroute_selector, selection_args};
 use crate::status::{Failure, boundary, libroute_status};
-use crate::vocab::{libroute_request, libroute_row, libroute_selection, libroute_worker};
+use crate::vocab::{flag, libroute_request, libroute_row, libroute_selection, libroute_worker};
 
 /// The largest table `libroute_router_new` allocates, in slots (2^26).
 pub const LIBROUTE_MAX_TABLE_SLOTS: usize = 1 << 26;
@@ -215,7 +215,8 @@ pub unsafe extern "C" fn libroute_router_add_worker(
     unsafe { with_router(router, |r| r.add_worker(worker)) }
 }
 
-/// Forgets a worker: its cached blocks leave the index and its load leaves the ledger.
+/// Forgets a worker: its cached blocks leave the index, its load the ledger, and its row the
+/// router's fleet.
 ///
 /// # Safety
 ///
@@ -232,6 +233,121 @@ pub unsafe extern "C" fn libroute_router_remove_worker(
             Ok(())
         })
     }
+}
+
+/// Adds `worker` to the router's fleet, the candidates `libroute_router_route_fleet` routes
+/// over, with `taints` (bit `i` for taint index `i`), not overloaded. Register it with the ledger
+/// too (`libroute_router_add_worker`), for it to be booked.
+///
+/// Errors: `NULL_ARGUMENT`, `DUPLICATE_WORKER` (in the fleet already), `CAPACITY_EXCEEDED`
+/// (`max_workers` in it).
+///
+/// # Safety
+///
+/// `router` must be a live handle not used concurrently.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn libroute_router_fleet_add(
+    router: *mut libroute_router,
+    worker: libroute_worker,
+    taints: u64,
+) -> libroute_status {
+    // SAFETY: the caller's contract.
+    unsafe { with_router(router, |r| r.fleet_add(worker, taints)) }
+}
+
+/// Takes `worker` out of the router's fleet; its cached blocks and load stay (see
+/// `libroute_router_remove_worker`, which takes it out of the fleet too).
+///
+/// Errors: `NULL_ARGUMENT`, `UNKNOWN_WORKER` (not in the fleet).
+///
+/// # Safety
+///
+/// `router` must be a live handle not used concurrently.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn libroute_router_fleet_remove(
+    router: *mut libroute_router,
+    worker: libroute_worker,
+) -> libroute_status {
+    // SAFETY: the caller's contract.
+    unsafe { with_router(router, |r| r.fleet_remove(worker)) }
+}
+
+/// Replaces the taints of `worker`'s row in the router's fleet.
+///
+/// Errors: `NULL_ARGUMENT`, `UNKNOWN_WORKER` (not in the fleet).
+///
+/// # Safety
+///
+/// `router` must be a live handle not used concurrently.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn libroute_router_fleet_set_taints(
+    router: *mut libroute_router,
+    worker: libroute_worker,
+    taints: u64,
+) -> libroute_status {
+    // SAFETY: the caller's contract.
+    unsafe { with_router(router, |r| r.fleet_set_taints(worker, taints)) }
+}
+
+/// Marks `worker`'s row in the router's fleet overloaded (`overloaded` 1: skipped with the
+/// overload reason) or not (0).
+///
+/// Errors: `NULL_ARGUMENT`, `INVALID_ARGUMENT` (`overloaded` other than 0 or 1),
+/// `UNKNOWN_WORKER` (not in the fleet).
+///
+/// # Safety
+///
+/// `router` must be a live handle not used concurrently.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn libroute_router_fleet_set_overloaded(
+    router: *mut libroute_router,
+    worker: libroute_worker,
+    overloaded: u8,
+) -> libroute_status {
+    // SAFETY: the caller's contract.
+    unsafe {
+        with_router(router, |r| {
+            r.fleet_set_overloaded(worker, flag(overloaded, "overloaded")?)
+        })
+    }
+}
+
+/// Copies the router's fleet's rows (sorted by worker, with the inputs the last fleet route
+/// read) to `out` and their number to `*written`. `BUFFER_TOO_SMALL` when `out_capacity` is
+/// below it (`*written` says how many rows there are; `out` may then be NULL, and nothing is
+/// copied).
+///
+/// # Safety
+///
+/// `router` must be a live handle not used concurrently; `out` must point to `out_capacity`
+/// writable rows (or be NULL with `out_capacity` 0); `written` valid for a write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn libroute_router_fleet_rows(
+    router: *mut libroute_router,
+    out: *mut libroute_row,
+    out_capacity: usize,
+    written: *mut usize,
+) -> libroute_status {
+    boundary(|| {
+        non_null!(written, "written");
+        // SAFETY: NULL or a live handle, by contract.
+        let rows = unsafe { libroute_router::get(router) }?.fleet_rows();
+        // SAFETY: non-NULL and valid for a write by contract.
+        unsafe { written.write(rows.len()) };
+        if out_capacity < rows.len() {
+            return Err(Failure::new(
+                libroute_status::BufferTooSmall,
+                format_args!(
+                    "the fleet has {} rows; out_capacity is {out_capacity}",
+                    rows.len()
+                ),
+            ));
+        }
+        // SAFETY: `out` holds `out_capacity` writable rows by contract.
+        let out = unsafe { slice_arg_mut(out, out_capacity, "out") }?;
+        out[..rows.len()].copy_from_slice(rows);
+        Ok(())
+    })
 }
 
 /// Applies `events[0..len]` to the index, in order. Every event is checked first (kind, tier,
@@ -481,8 +597,7 @@ pub unsafe extern "C" fn libroute_router_route(
             request,
             hashes,
             hashes_len,
-            rows,
-            rows_len,
+            Some((rows, rows_len)),
             id,
             Clock::Units(now),
             out,
@@ -527,8 +642,7 @@ pub unsafe extern "C" fn libroute_router_route_at(
             request,
             hashes,
             hashes_len,
-            rows,
-            rows_len,
+            Some((rows, rows_len)),
             id,
             Clock::Ms(now_ms),
             out,
@@ -536,7 +650,87 @@ pub unsafe extern "C" fn libroute_router_route_at(
     }
 }
 
-/// The body of `libroute_router_route` and `libroute_router_route_at`.
+/// `libroute_router_route` over the router's fleet (`libroute_router_fleet_add`) instead of rows
+/// in the caller's memory: each worker is looked for where it was found last time, and only the
+/// rows of workers whose load or index bit changed since the last fleet route are read again, so
+/// a host that routes over one fleet pays less than for rows it passes each call. The
+/// selection's `row` is a position in the fleet's rows (`libroute_router_fleet_rows`, sorted by
+/// worker).
+///
+/// Errors: as `libroute_router_route` (`NO_ENDPOINTS` for an empty fleet). Nothing is booked on
+/// any error.
+///
+/// # Safety
+///
+/// As `libroute_router_route`, without rows.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn libroute_router_route_fleet(
+    router: *mut libroute_router,
+    policy: *const libroute_policy,
+    selector: *mut libroute_selector,
+    request: *const libroute_request,
+    hashes: *const u64,
+    hashes_len: usize,
+    id: u64,
+    now: u64,
+    out: *mut libroute_selection,
+) -> libroute_status {
+    // SAFETY: the caller's contract is `route_call`'s, without rows.
+    unsafe {
+        route_call(
+            router,
+            policy,
+            selector,
+            request,
+            hashes,
+            hashes_len,
+            None,
+            id,
+            Clock::Units(now),
+            out,
+        )
+    }
+}
+
+/// `libroute_router_route_fleet` at `now_ms`, as `libroute_router_route_at` is
+/// `libroute_router_route` at `now_ms`.
+///
+/// Errors: as `libroute_router_route_at`.
+///
+/// # Safety
+///
+/// As `libroute_router_route_fleet`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn libroute_router_route_fleet_at(
+    router: *mut libroute_router,
+    policy: *const libroute_policy,
+    selector: *mut libroute_selector,
+    request: *const libroute_request,
+    hashes: *const u64,
+    hashes_len: usize,
+    id: u64,
+    now_ms: f64,
+    out: *mut libroute_selection,
+) -> libroute_status {
+    // SAFETY: the caller's contract is `route_call`'s, without rows.
+    unsafe {
+        route_call(
+            router,
+            policy,
+            selector,
+            request,
+            hashes,
+            hashes_len,
+            None,
+            id,
+            Clock::Ms(now_ms),
+            out,
+        )
+    }
+}
+
+/// The body of `libroute_router_route` and `libroute_router_route_at` (over `rows`), and of
+/// `libroute_router_route_fleet` and `_route_fleet_at` (over the fleet, `rows` `None`).
 ///
 /// # Safety
 ///
@@ -549,8 +743,7 @@ unsafe fn route_call(
     request: *const libroute_request,
     hashes: *const u64,
     hashes_len: usize,
-    rows: *mut libroute_row,
-    rows_len: usize,
+    rows: Option<(*mut libroute_row, usize)>,
     id: u64,
     now: Clock,
     out: *mut libroute_selection,
@@ -568,9 +761,14 @@ unsafe fn route_call(
         let (policy, selector, request) = unsafe { selection_args(policy, selector, request) }?;
         // SAFETY: `hashes` holds `hashes_len` values by contract.
         let hashes = unsafe { slice_arg(hashes, hashes_len, "hashes") }?;
-        // SAFETY: `rows` holds `rows_len` rows the caller lets us write, by contract.
-        let rows = unsafe { slice_arg_mut(rows, rows_len, "rows") }?;
-        let selection = r.route(policy, selector, &request, hashes, rows, id, now)?;
+        let selection = match rows {
+            Some((rows, rows_len)) => {
+                // SAFETY: `rows` holds `rows_len` rows the caller lets us write, by contract.
+                let rows = unsafe { slice_arg_mut(rows, rows_len, "rows") }?;
+                r.route(policy, selector, &request, hashes, rows, id, now)?
+            }
+            None => r.route_fleet(policy, selector, &request, hashes, id, now)?,
+        };
         // SAFETY: `out` is non-NULL and valid for a write by contract.
         unsafe { out.write(selection) };
         Ok(())

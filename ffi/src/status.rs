@@ -3,7 +3,7 @@
 use std::cell::RefCell;
 use std::fmt::Display;
 
-use libroute_core::{ConfigError, IngestError, LedgerError, SelectError};
+use libroute_core::{ConfigError, FleetError, IngestError, LedgerError, SelectError};
 
 use crate::components::UNDEFINED_VERDICT;
 
@@ -55,7 +55,8 @@ pub enum libroute_status {
     InvalidRequest = 303,
     /// A row is invalid (undefined flag bits, a NaN, infinite or negative estimate).
     InvalidRow = 304,
-    /// Two rows name the same worker and rank (checked in seeded mode).
+    /// Two rows name the same worker and rank (checked in seeded mode), or the worker is in the
+    /// router's fleet already.
     DuplicateWorker = 305,
     /// The pinned worker is not among the rows.
     PinNotAllowed = 306,
@@ -80,7 +81,7 @@ pub enum libroute_status {
     /// No booked request has this id (never booked, already freed, or, for a prefill
     /// completion, already completed).
     UnknownRequest = 401,
-    /// The worker is not registered with the ledger.
+    /// The worker is not registered with the ledger (or, for the router's fleet, not in it).
     UnknownWorker = 402,
     /// libroute panicked (a bug); the call had no effect that the caller can observe.
     Panic = 900,
@@ -146,7 +147,9 @@ impl libroute_status {
             Self::AllOverloaded => "all eligible workers overloaded",
             Self::InvalidRequest => "the request is invalid",
             Self::InvalidRow => "a row is invalid",
-            Self::DuplicateWorker => "two rows name the same worker and rank",
+            Self::DuplicateWorker => {
+                "two rows name the same worker and rank, or the worker is in the fleet already"
+            }
             Self::PinNotAllowed => "the pinned worker is not among the rows",
             Self::PinOverloaded => "the pinned worker is overloaded",
             Self::PinIneligible => "the pinned worker is not eligible",
@@ -158,7 +161,9 @@ impl libroute_status {
             Self::PickerFailed => "the picker failed",
             Self::DuplicateRequest => "the request id is already booked",
             Self::UnknownRequest => "no booked request has this id",
-            Self::UnknownWorker => "the worker is not registered with the ledger",
+            Self::UnknownWorker => {
+                "the worker is not registered with the ledger, or not in the fleet"
+            }
             Self::Panic => "libroute panicked (a bug): the call had no effect",
         }
     }
@@ -274,6 +279,18 @@ impl Failure {
             status,
             detail: Detail::Ledger(e),
         }
+    }
+
+    /// The router's fleet's refusal: `CAPACITY_EXCEEDED` (full), `DUPLICATE_WORKER`,
+    /// `UNKNOWN_WORKER` (not in the fleet).
+    pub(crate) fn fleet(e: FleetError) -> Self {
+        let status = match e {
+            FleetError::Full { .. } => libroute_status::CapacityExceeded,
+            FleetError::Duplicate(_) => libroute_status::DuplicateWorker,
+            FleetError::UnknownWorker(_) => libroute_status::UnknownWorker,
+            _ => libroute_status::InvalidArgument,
+        };
+        Failure::new(status, e)
     }
 
     /// An engine KV batch's failure: `CAPACITY_EXCEEDED` when the index has no bit left for a

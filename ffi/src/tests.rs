@@ -1047,3 +1047,278 @@ fn catalog_policies_explanations_and_policy_sets() {
         libroute_policy_free(policy);
     }
 }
+
+/// A router over `max_workers` 64 with `prediction_slots` (0: none).
+fn new_router(prediction_slots: usize) -> *mut libroute_router {
+    let config = libroute_router_config {
+        block_slots: 256,
+        max_workers: 64,
+        request_slots: 64,
+        tombstones: 8,
+        prediction_slots,
+        prediction_ttl: 3,
+        host_weight: 0.75,
+        disk_weight: 0.25,
+    };
+    let mut router = ptr::null_mut();
+    // SAFETY: a valid config and out-pointer.
+    let rc = unsafe { libroute_router_new(&raw const config, &raw mut router) };
+    assert_eq!(rc, libroute_status::Ok);
+    router
+}
+
+fn worker(id: u64) -> libroute_worker {
+    libroute_worker {
+        worker_id: id,
+        dp_rank: 0,
+    }
+}
+
+#[test]
+#[allow(
+    clippy::too_many_lines,
+    reason = "one story: two routers fed alike, one over rows and one over its fleet"
+)]
+fn the_fleet_routes_as_the_callers_rows_do() {
+    let hashes: Vec<u64> = (1..=12).collect();
+    let taints = |w: u64| if w % 3 == 0 { 0b10 } else { 0b01 };
+    for prediction_slots in [0, 64] {
+        let (over_rows, over_fleet) = (new_router(prediction_slots), new_router(prediction_slots));
+        let policy = new_policy("").unwrap();
+        let (selector_a, selector_b) = (new_selector(64), new_selector(64));
+        // The fleet is given its workers out of order; it keeps them sorted, as the rows are.
+        let mut rows: Vec<libroute_row> = (0..8)
+            .map(|w| libroute_row {
+                taints: taints(w),
+                ..row(w, 0, 0)
+            })
+            .collect();
+        // SAFETY: `libroute_selection` is plain data.
+        let (mut a, mut b): (libroute_selection, libroute_selection) =
+            unsafe { (std::mem::zeroed(), std::mem::zeroed()) };
+        // SAFETY: live handles and valid arrays throughout.
+        unsafe {
+            for w in [5, 0, 7, 2, 1, 6, 3, 4] {
+                for r in [over_rows, over_fleet] {
+                    assert_eq!(
+                        libroute_router_add_worker(r, worker(w)),
+                        libroute_status::Ok
+                    );
+                    let event = libroute_kv_event {
+                        kind: libroute_kv_kind::Stored as u32,
+                        worker: worker(w),
+                        tier: u32::try_from(w % 3).unwrap(),
+                        hashes: hashes.as_ptr(),
+                        hashes_len: usize::try_from(w + 1).unwrap(),
+                    };
+                    assert_eq!(
+                        libroute_router_apply_kv_events(r, &raw const event, 1),
+                        libroute_status::Ok
+                    );
+                }
+                assert_eq!(
+                    libroute_router_fleet_add(over_fleet, worker(w), taints(w)),
+                    libroute_status::Ok
+                );
+            }
+            for id in 1..=40u64 {
+                if id == 20 {
+                    rows[5].flags |= LIBROUTE_ROW_OVERLOADED;
+                    assert_eq!(
+                        libroute_router_fleet_set_overloaded(over_fleet, worker(5), 1),
+                        libroute_status::Ok
+                    );
+                }
+                if id == 30 {
+                    rows[2].taints = 0b11;
+                    assert_eq!(
+                        libroute_router_fleet_set_taints(over_fleet, worker(2), 0b11),
+                        libroute_status::Ok
+                    );
+                }
+                let len = usize::try_from(id % 12 + 1).unwrap();
+                let req = request(16 * u64::try_from(len).unwrap());
+                let rc = libroute_router_route(
+                    over_rows,
+                    policy,
+                    selector_a,
+                    &raw const req,
+                    hashes.as_ptr(),
+                    len,
+                    rows.as_mut_ptr(),
+                    rows.len(),
+                    id,
+                    id,
+                    &raw mut a,
+                );
+                assert_eq!(rc, libroute_status::Ok, "route {id}: {}", last_error());
+                let rc = libroute_router_route_fleet(
+                    over_fleet,
+                    policy,
+                    selector_b,
+                    &raw const req,
+                    hashes.as_ptr(),
+                    len,
+                    id,
+                    id,
+                    &raw mut b,
+                );
+                assert_eq!(
+                    rc,
+                    libroute_status::Ok,
+                    "fleet route {id}: {}",
+                    last_error()
+                );
+                assert_eq!(a, b, "route {id}, {prediction_slots} prediction slots");
+                // Some requests finish, so loads go down as well as up between routes.
+                if id % 3 == 0 {
+                    for r in [over_rows, over_fleet] {
+                        assert_eq!(libroute_router_free_request(r, id - 1), libroute_status::Ok);
+                    }
+                }
+            }
+            let mut fleet_rows = vec![row(99, 0, 0); 8];
+            let mut written = 0;
+            assert_eq!(
+                libroute_router_fleet_rows(
+                    over_fleet,
+                    fleet_rows.as_mut_ptr(),
+                    8,
+                    &raw mut written
+                ),
+                libroute_status::Ok
+            );
+            assert_eq!(written, 8);
+            assert_eq!(format!("{fleet_rows:?}"), format!("{rows:?}"));
+            // A timed route over the fleet checks its time as a timed route over rows does.
+            let req = request(64);
+            let rc = libroute_router_route_fleet_at(
+                over_fleet,
+                policy,
+                selector_b,
+                &raw const req,
+                hashes.as_ptr(),
+                4,
+                100,
+                f64::NAN,
+                &raw mut b,
+            );
+            assert_eq!(rc, libroute_status::InvalidArgument);
+            let rc = libroute_router_route_fleet_at(
+                over_fleet,
+                policy,
+                selector_b,
+                &raw const req,
+                hashes.as_ptr(),
+                4,
+                100,
+                5.0,
+                &raw mut b,
+            );
+            assert_eq!(rc, libroute_status::Ok, "{}", last_error());
+            for r in [over_rows, over_fleet] {
+                libroute_router_free(r);
+            }
+            libroute_selector_free(selector_a);
+            libroute_selector_free(selector_b);
+            libroute_policy_free(policy);
+        }
+    }
+}
+
+#[test]
+fn the_fleets_refusals_are_statuses_naming_the_worker() {
+    let router = new_router(0);
+    let policy = new_policy("").unwrap();
+    let selector = new_selector(64);
+    let req = request(64);
+    // SAFETY: `libroute_selection` is plain data.
+    let mut out: libroute_selection = unsafe { std::mem::zeroed() };
+    // SAFETY: live handles and valid arrays throughout; NULLs where the test says.
+    unsafe {
+        let rc = libroute_router_route_fleet(
+            router,
+            policy,
+            selector,
+            &raw const req,
+            ptr::null(),
+            0,
+            1,
+            0,
+            &raw mut out,
+        );
+        assert_eq!(rc, libroute_status::NoEndpoints, "an empty fleet");
+        for w in 0..64 {
+            assert_eq!(
+                libroute_router_fleet_add(router, worker(w), 0),
+                libroute_status::Ok
+            );
+        }
+        assert_eq!(
+            libroute_router_fleet_add(router, worker(64), 0),
+            libroute_status::CapacityExceeded
+        );
+        assert_eq!(
+            libroute_router_fleet_add(router, worker(3), 0),
+            libroute_status::DuplicateWorker
+        );
+        assert!(last_error().contains("worker 3"), "{}", last_error());
+        assert_eq!(
+            libroute_router_fleet_set_overloaded(router, worker(3), 2),
+            libroute_status::InvalidArgument
+        );
+        assert!(last_error().contains("overloaded"), "{}", last_error());
+        assert_eq!(
+            libroute_router_fleet_set_taints(router, worker(70), 1),
+            libroute_status::UnknownWorker
+        );
+        // The chosen worker is not registered with the ledger: nothing is booked.
+        let rc = libroute_router_route_fleet(
+            router,
+            policy,
+            selector,
+            &raw const req,
+            ptr::null(),
+            0,
+            1,
+            0,
+            &raw mut out,
+        );
+        assert_eq!(rc, libroute_status::UnknownWorker);
+        let mut written = 0;
+        assert_eq!(
+            libroute_router_fleet_rows(router, ptr::null_mut(), 0, &raw mut written),
+            libroute_status::BufferTooSmall
+        );
+        assert_eq!(written, 64);
+        assert_eq!(
+            libroute_router_fleet_rows(router, ptr::null_mut(), 0, ptr::null_mut()),
+            libroute_status::NullArgument
+        );
+        assert_eq!(
+            libroute_router_fleet_remove(router, worker(3)),
+            libroute_status::Ok
+        );
+        assert_eq!(
+            libroute_router_fleet_remove(router, worker(3)),
+            libroute_status::UnknownWorker
+        );
+        // Removing a worker from the router takes it out of the fleet too.
+        assert_eq!(
+            libroute_router_remove_worker(router, worker(4)),
+            libroute_status::Ok
+        );
+        assert_eq!(
+            libroute_router_fleet_rows(router, ptr::null_mut(), 0, &raw mut written),
+            libroute_status::BufferTooSmall
+        );
+        assert_eq!(written, 62);
+        assert_eq!(
+            libroute_router_fleet_add(ptr::null_mut(), worker(1), 0),
+            libroute_status::NullArgument
+        );
+        libroute_router_free(router);
+        libroute_selector_free(selector);
+        libroute_policy_free(policy);
+    }
+}

@@ -442,6 +442,14 @@ pub(crate) fn core_rows_mut(rows: &mut [libroute_row]) -> &mut [Row] {
     unsafe { std::slice::from_raw_parts_mut(rows.as_mut_ptr().cast::<Row>(), rows.len()) }
 }
 
+/// Core rows as C rows, without copying (the other way of [`core_rows`]).
+#[inline]
+pub(crate) fn c_rows(rows: &[Row]) -> &[libroute_row] {
+    // SAFETY: as `core_rows`: the same layout, and every bit pattern of a `Row` is a valid
+    // `libroute_row`; the lifetime is kept.
+    unsafe { std::slice::from_raw_parts(rows.as_ptr().cast::<libroute_row>(), rows.len()) }
+}
+
 pub(crate) fn to_c(s: &Selection) -> libroute_selection {
     let (reason, ties, probability) = match s.reason {
         PickReason::Pinned => (libroute_reason::Pinned, 0, 1.0),

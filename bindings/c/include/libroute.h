@@ -173,7 +173,8 @@ enum libroute_status
    */
   LIBROUTE_STATUS_INVALID_ROW = 304,
   /**
-   * Two rows name the same worker and rank (checked in seeded mode).
+   * Two rows name the same worker and rank (checked in seeded mode), or the worker is in the
+   * router's fleet already.
    */
   LIBROUTE_STATUS_DUPLICATE_WORKER = 305,
   /**
@@ -222,7 +223,7 @@ enum libroute_status
    */
   LIBROUTE_STATUS_UNKNOWN_REQUEST = 401,
   /**
-   * The worker is not registered with the ledger.
+   * The worker is not registered with the ledger (or, for the router's fleet, not in it).
    */
   LIBROUTE_STATUS_UNKNOWN_WORKER = 402,
   /**
@@ -1275,7 +1276,8 @@ libroute_status libroute_router_add_worker(struct libroute_router *router,
                                            struct libroute_worker worker);
 
 /**
- * Forgets a worker: its cached blocks leave the index and its load leaves the ledger.
+ * Forgets a worker: its cached blocks leave the index, its load the ledger, and its row the
+ * router's fleet.
  *
  * # Safety
  *
@@ -1283,6 +1285,79 @@ libroute_status libroute_router_add_worker(struct libroute_router *router,
  */
 libroute_status libroute_router_remove_worker(struct libroute_router *router,
                                               struct libroute_worker worker);
+
+/**
+ * Adds `worker` to the router's fleet, the candidates `libroute_router_route_fleet` routes
+ * over, with `taints` (bit `i` for taint index `i`), not overloaded. Register it with the ledger
+ * too (`libroute_router_add_worker`), for it to be booked.
+ *
+ * Errors: `NULL_ARGUMENT`, `DUPLICATE_WORKER` (in the fleet already), `CAPACITY_EXCEEDED`
+ * (`max_workers` in it).
+ *
+ * # Safety
+ *
+ * `router` must be a live handle not used concurrently.
+ */
+libroute_status libroute_router_fleet_add(struct libroute_router *router,
+                                          struct libroute_worker worker,
+                                          uint64_t taints);
+
+/**
+ * Takes `worker` out of the router's fleet; its cached blocks and load stay (see
+ * `libroute_router_remove_worker`, which takes it out of the fleet too).
+ *
+ * Errors: `NULL_ARGUMENT`, `UNKNOWN_WORKER` (not in the fleet).
+ *
+ * # Safety
+ *
+ * `router` must be a live handle not used concurrently.
+ */
+libroute_status libroute_router_fleet_remove(struct libroute_router *router,
+                                             struct libroute_worker worker);
+
+/**
+ * Replaces the taints of `worker`'s row in the router's fleet.
+ *
+ * Errors: `NULL_ARGUMENT`, `UNKNOWN_WORKER` (not in the fleet).
+ *
+ * # Safety
+ *
+ * `router` must be a live handle not used concurrently.
+ */
+libroute_status libroute_router_fleet_set_taints(struct libroute_router *router,
+                                                 struct libroute_worker worker,
+                                                 uint64_t taints);
+
+/**
+ * Marks `worker`'s row in the router's fleet overloaded (`overloaded` 1: skipped with the
+ * overload reason) or not (0).
+ *
+ * Errors: `NULL_ARGUMENT`, `INVALID_ARGUMENT` (`overloaded` other than 0 or 1),
+ * `UNKNOWN_WORKER` (not in the fleet).
+ *
+ * # Safety
+ *
+ * `router` must be a live handle not used concurrently.
+ */
+libroute_status libroute_router_fleet_set_overloaded(struct libroute_router *router,
+                                                     struct libroute_worker worker,
+                                                     uint8_t overloaded);
+
+/**
+ * Copies the router's fleet's rows (sorted by worker, with the inputs the last fleet route
+ * read) to `out` and their number to `*written`. `BUFFER_TOO_SMALL` when `out_capacity` is
+ * below it (`*written` says how many rows there are; `out` may then be NULL, and nothing is
+ * copied).
+ *
+ * # Safety
+ *
+ * `router` must be a live handle not used concurrently; `out` must point to `out_capacity`
+ * writable rows (or be NULL with `out_capacity` 0); `written` valid for a write.
+ */
+libroute_status libroute_router_fleet_rows(struct libroute_router *router,
+                                           struct libroute_row *out,
+                                           size_t out_capacity,
+                                           size_t *written);
 
 /**
  * Applies `events[0..len]` to the index, in order. Every event is checked first (kind, tier,
@@ -1443,6 +1518,51 @@ libroute_status libroute_router_route_at(struct libroute_router *router,
                                          uint64_t id,
                                          double now_ms,
                                          struct libroute_selection *out);
+
+/**
+ * `libroute_router_route` over the router's fleet (`libroute_router_fleet_add`) instead of rows
+ * in the caller's memory: each worker is looked for where it was found last time, and only the
+ * rows of workers whose load or index bit changed since the last fleet route are read again, so
+ * a host that routes over one fleet pays less than for rows it passes each call. The
+ * selection's `row` is a position in the fleet's rows (`libroute_router_fleet_rows`, sorted by
+ * worker).
+ *
+ * Errors: as `libroute_router_route` (`NO_ENDPOINTS` for an empty fleet). Nothing is booked on
+ * any error.
+ *
+ * # Safety
+ *
+ * As `libroute_router_route`, without rows.
+ */
+libroute_status libroute_router_route_fleet(struct libroute_router *router,
+                                            const struct libroute_policy *policy,
+                                            struct libroute_selector *selector,
+                                            const struct libroute_request *request,
+                                            const uint64_t *hashes,
+                                            size_t hashes_len,
+                                            uint64_t id,
+                                            uint64_t now,
+                                            struct libroute_selection *out);
+
+/**
+ * `libroute_router_route_fleet` at `now_ms`, as `libroute_router_route_at` is
+ * `libroute_router_route` at `now_ms`.
+ *
+ * Errors: as `libroute_router_route_at`.
+ *
+ * # Safety
+ *
+ * As `libroute_router_route_fleet`.
+ */
+libroute_status libroute_router_route_fleet_at(struct libroute_router *router,
+                                               const struct libroute_policy *policy,
+                                               struct libroute_selector *selector,
+                                               const struct libroute_request *request,
+                                               const uint64_t *hashes,
+                                               size_t hashes_len,
+                                               uint64_t id,
+                                               double now_ms,
+                                               struct libroute_selection *out);
 
 /**
  * Writes the router's counters to `*out`.

@@ -396,8 +396,70 @@ static void test_engine_kv_batches(void) {
   libroute_router_free(router);
 }
 
+/* The router's fleet: its workers kept between routes, looked for where they were last found. */
+static void test_fleet(void) {
+  libroute_router_config cfg = config(0);
+  libroute_router *router = NULL;
+  libroute_policy *policy = NULL;
+  libroute_selector *selector = NULL;
+  uint64_t prompt[8] = {101, 102, 103, 104, 105, 106, 107, 108};
+  libroute_kv_event event;
+  libroute_row rows[4];
+  libroute_request req = request(128);
+  libroute_selection sel;
+  size_t written = 0;
+  uint64_t w;
+  EXPECT_STATUS(libroute_router_new(&cfg, &router), LIBROUTE_STATUS_OK);
+  libroute_policy_new_default(&policy);
+  libroute_selector_new(16, 1, &selector);
+  EXPECT_STATUS(libroute_router_route_fleet(router, policy, selector, &req, prompt, 8, 1, 0, &sel),
+                LIBROUTE_STATUS_NO_ENDPOINTS);
+  /* Added out of order; the fleet keeps its rows sorted by worker. */
+  for (w = 4; w >= 1; w--) {
+    EXPECT_STATUS(libroute_router_add_worker(router, worker(w)), LIBROUTE_STATUS_OK);
+    EXPECT_STATUS(libroute_router_fleet_add(router, worker(w), 0), LIBROUTE_STATUS_OK);
+  }
+  EXPECT_STATUS(libroute_router_fleet_add(router, worker(2), 0), LIBROUTE_STATUS_DUPLICATE_WORKER);
+  memset(&event, 0, sizeof event);
+  event.kind = LIBROUTE_KV_KIND_STORED;
+  event.worker = worker(3);
+  event.hashes = prompt;
+  event.hashes_len = 8;
+  EXPECT_STATUS(libroute_router_apply_kv_events(router, &event, 1), LIBROUTE_STATUS_OK);
+
+  EXPECT_STATUS(libroute_router_route_fleet(router, policy, selector, &req, prompt, 8, 1, 0, &sel), LIBROUTE_STATUS_OK);
+  CHECK(sel.worker.worker_id == 3 && sel.row == 2 && sel.cached_tokens == 128, "the worker holding the prompt wins");
+  EXPECT_STATUS(libroute_router_fleet_rows(router, NULL, 0, &written), LIBROUTE_STATUS_BUFFER_TOO_SMALL);
+  CHECK(written == 4, "the fleet has 4 rows");
+  EXPECT_STATUS(libroute_router_fleet_rows(router, rows, 4, &written), LIBROUTE_STATUS_OK);
+  CHECK(rows[2].worker.worker_id == 3 && rows[2].device_blocks == 8 &&
+            rows[2].flags == (LIBROUTE_ROW_HAS_CACHE | LIBROUTE_ROW_HAS_LOAD),
+        "the fleet's rows hold what the route read");
+  CHECK(counters(router).active_requests == 1, "the fleet route booked its request");
+
+  /* Overloaded, the holder is skipped; taken out of the fleet, it is no candidate. */
+  EXPECT_STATUS(libroute_router_fleet_set_overloaded(router, worker(3), 1), LIBROUTE_STATUS_OK);
+  EXPECT_STATUS(libroute_router_fleet_set_overloaded(router, worker(3), 2), LIBROUTE_STATUS_INVALID_ARGUMENT);
+  EXPECT_STATUS(libroute_router_route_fleet(router, policy, selector, &req, prompt, 8, 2, 0, &sel), LIBROUTE_STATUS_OK);
+  CHECK(sel.worker.worker_id != 3, "an overloaded worker is skipped");
+  EXPECT_STATUS(libroute_router_fleet_set_overloaded(router, worker(3), 0), LIBROUTE_STATUS_OK);
+  EXPECT_STATUS(libroute_router_fleet_set_taints(router, worker(3), 1), LIBROUTE_STATUS_OK);
+  EXPECT_STATUS(libroute_router_fleet_remove(router, worker(3)), LIBROUTE_STATUS_OK);
+  EXPECT_STATUS(libroute_router_fleet_remove(router, worker(3)), LIBROUTE_STATUS_UNKNOWN_WORKER);
+  EXPECT_STATUS(libroute_router_route_fleet(router, policy, selector, &req, prompt, 8, 3, 0, &sel), LIBROUTE_STATUS_OK);
+  CHECK(sel.worker.worker_id != 3 && sel.cached_tokens == 0, "a worker out of the fleet is no candidate");
+  EXPECT_STATUS(libroute_router_route_fleet_at(router, policy, selector, &req, prompt, 8, 4, NAN, &sel),
+                LIBROUTE_STATUS_INVALID_ARGUMENT);
+  CHECK(counters(router).active_requests == 3, "three fleet routes booked, the failed ones nothing");
+
+  libroute_selector_free(selector);
+  libroute_policy_free(policy);
+  libroute_router_free(router);
+}
+
 int main(void) {
   test_events_route_book_free();
+  test_fleet();
   test_engine_kv_batches();
   test_replica_events();
   test_snapshot_restore();

@@ -3,9 +3,9 @@
 //! and counters.
 
 use libroute_core::{
-    BlockSlot, EngineSlot, KvEvent, KvIngest, Ledger, LedgerEvent, LoadSlot, Place,
-    PredictionRecord, PredictionSlot, Predictions, PrefixIndex, RequestSlot, RouteError,
-    Router as GenericRouter, Row, SnapshotError, SnapshotReader, WorkerKey, WorkerSlot,
+    BlockSlot, EngineSlot, Fleet, FleetPlace, KvEvent, KvIngest, Ledger, LedgerEvent, LoadSlot,
+    Place, PredictionRecord, PredictionSlot, Predictions, PrefixIndex, RequestSlot, RouteError,
+    Router as GenericRouter, Row, SnapshotError, SnapshotReader, TaintSet, WorkerKey, WorkerSlot,
 };
 
 use crate::host::policy::Kind;
@@ -18,7 +18,7 @@ use crate::router::{
 };
 use crate::status::{Failure, libroute_status};
 use crate::vocab::{
-    RequestArgs, core_rows_mut, libroute_row, libroute_selection, libroute_worker, to_c,
+    RequestArgs, c_rows, core_rows_mut, libroute_row, libroute_selection, libroute_worker, to_c,
     with_core_request,
 };
 
@@ -32,6 +32,7 @@ type CoreRouter<const W: usize> = GenericRouter<
 >;
 type CorePredictions = Predictions<Pages<PredictionSlot>, Pages<PredictionRecord>>;
 type CoreIngest = KvIngest<Pages<EngineSlot>>;
+type CoreFleet = Fleet<Pages<Row>, Pages<FleetPlace>>;
 
 /// The core router of the worker width `max_workers` asked for.
 enum AnyRouter {
@@ -87,6 +88,9 @@ pub struct Router {
     /// of them): a host that routes over the same rows each time has each worker looked for
     /// there first instead of hashed (`libroute_core::Router::route_placed`).
     places: Box<[Place]>,
+    /// The workers the router keeps as candidate rows between routes (`max_workers` of them at
+    /// most), for [`Router::route_fleet`].
+    fleet: CoreFleet,
 }
 
 impl std::fmt::Debug for Router {
@@ -247,6 +251,11 @@ impl Router {
             predictions,
             ingest: None,
             places: vec![Place::empty(); c.max_workers].into_boxed_slice(),
+            fleet: Fleet::new(
+                allocate(c.max_workers, Row::default(), "the fleet's rows")?,
+                allocate(c.max_workers, FleetPlace::empty(), "the fleet's places")?,
+            )
+            .map_err(Failure::fleet)?,
         })
     }
 
@@ -308,8 +317,10 @@ impl Router {
             .map_err(Failure::ledger)
     }
 
-    /// Forgets a worker: its cached blocks leave the index and its load leaves the ledger.
+    /// Forgets a worker: its cached blocks leave the index, its load the ledger, and its row the
+    /// fleet.
     pub fn remove_worker(&mut self, worker: libroute_worker) {
+        let _ = self.fleet.remove(key(worker));
         with_router!(&mut self.router, x => {
             let _ = x.index.apply(&KvEvent::WorkerRemoved { worker: key(worker) });
             x.ledger.remove_worker(key(worker));
@@ -317,6 +328,64 @@ impl Router {
         if let Some(ingest) = self.ingest.as_mut() {
             ingest.forget_worker(key(worker));
         }
+    }
+
+    /// Adds `worker` to the fleet, the candidates [`Router::route_fleet`] routes over, with
+    /// `taints` (bit `i` for taint index `i`), not overloaded. Register it with the ledger too
+    /// ([`Router::add_worker`]), for it to be booked.
+    ///
+    /// # Errors
+    ///
+    /// `DUPLICATE_WORKER` (in the fleet already), `CAPACITY_EXCEEDED` (`max_workers` in it).
+    pub fn fleet_add(&mut self, worker: libroute_worker, taints: u64) -> Result<(), Failure> {
+        self.fleet
+            .add(key(worker), TaintSet(taints))
+            .map_err(Failure::fleet)
+    }
+
+    /// Takes `worker` out of the fleet (its blocks and load stay: see [`Router::remove_worker`]).
+    ///
+    /// # Errors
+    ///
+    /// `UNKNOWN_WORKER` (not in the fleet).
+    pub fn fleet_remove(&mut self, worker: libroute_worker) -> Result<(), Failure> {
+        self.fleet.remove(key(worker)).map_err(Failure::fleet)
+    }
+
+    /// Replaces the taints of `worker`'s row in the fleet.
+    ///
+    /// # Errors
+    ///
+    /// `UNKNOWN_WORKER` (not in the fleet).
+    pub fn fleet_set_taints(
+        &mut self,
+        worker: libroute_worker,
+        taints: u64,
+    ) -> Result<(), Failure> {
+        self.fleet
+            .set_taints(key(worker), TaintSet(taints))
+            .map_err(Failure::fleet)
+    }
+
+    /// Marks `worker`'s row in the fleet overloaded (skipped with the overload reason) or not.
+    ///
+    /// # Errors
+    ///
+    /// `UNKNOWN_WORKER` (not in the fleet).
+    pub fn fleet_set_overloaded(
+        &mut self,
+        worker: libroute_worker,
+        overloaded: bool,
+    ) -> Result<(), Failure> {
+        self.fleet
+            .set_overloaded(key(worker), overloaded)
+            .map_err(Failure::fleet)
+    }
+
+    /// The fleet's rows, sorted by worker, with the inputs the last fleet route read.
+    #[must_use]
+    pub fn fleet_rows(&self) -> &[libroute_row] {
+        c_rows(self.fleet.rows())
     }
 
     /// Applies one KV event to the index. A `Stored` event of a new worker when the index already
@@ -422,12 +491,48 @@ impl Router {
                 now,
             ))
         })?;
-        match result {
-            Ok(selection) => Ok(to_c(&selection)),
-            Err(RouteError::Select(e)) => Err(Failure::select(e)),
-            Err(RouteError::Ledger(e)) => Err(Failure::ledger(e)),
-            Err(e) => Err(Failure::new(libroute_status::InvalidArgument, e)),
-        }
+        routed(result)
+    }
+
+    /// [`Router::route`] over the fleet's rows instead of the caller's: each worker is looked for
+    /// where it was found last time, and only the rows of workers whose load or index bit
+    /// changed since the last fleet route are read again (`libroute_core::Router::route_fleet`).
+    /// The selection's `row` is a position in [`Router::fleet_rows`].
+    ///
+    /// # Errors
+    ///
+    /// As [`Router::route`] (`NO_ENDPOINTS` when the fleet is empty). Nothing is booked on any
+    /// error.
+    pub fn route_fleet(
+        &mut self,
+        policy: &Policy,
+        selector: &mut Selector,
+        request: &RequestArgs<'_>,
+        hashes: &[u64],
+        id: u64,
+        now: Clock,
+    ) -> Result<libroute_selection, Failure> {
+        selector.check_rows(self.fleet.len())?;
+        let Router {
+            router,
+            predictions,
+            fleet,
+            ..
+        } = self;
+        let result = with_core_request(request, |core_request| {
+            with_router!(router, x => route_fleet_any(
+                x,
+                predictions.as_mut(),
+                fleet,
+                policy,
+                &mut selector.inner,
+                core_request,
+                hashes,
+                id,
+                now,
+            ))
+        })?;
+        routed(result)
     }
 
     /// Writes the router's snapshot (its index and ledger, as `libroute_core::Router::
@@ -545,6 +650,60 @@ impl Router {
     }
 }
 
+/// A route's outcome in the C vocabulary.
+fn routed(
+    result: Result<libroute_core::Selection, RouteError>,
+) -> Result<libroute_selection, Failure> {
+    match result {
+        Ok(selection) => Ok(to_c(&selection)),
+        Err(RouteError::Select(e)) => Err(Failure::select(e)),
+        Err(RouteError::Ledger(e)) => Err(Failure::ledger(e)),
+        Err(e) => Err(Failure::new(libroute_status::InvalidArgument, e)),
+    }
+}
+
+/// [`route_any`] over the router's fleet.
+#[allow(clippy::too_many_arguments, reason = "the route's inputs")]
+fn route_fleet_any<const W: usize>(
+    router: &mut CoreRouter<W>,
+    predictions: Option<&mut CorePredictions>,
+    fleet: &mut CoreFleet,
+    policy: &Policy,
+    selector: &mut AnySelector,
+    request: &libroute_core::Request<'_>,
+    hashes: &[u64],
+    id: u64,
+    now: Clock,
+) -> Result<libroute_core::Selection, RouteError> {
+    let now = match now {
+        Clock::Units(now) => now,
+        Clock::Ms(now_ms) => {
+            return with_selector!(selector, s => match &policy.kind {
+                Kind::Default(p) => router.route_fleet_at(predictions, fleet, p, s, request, hashes, id, now_ms),
+                Kind::Composed(p) => router.route_fleet_at(predictions, fleet, p, s, request, hashes, id, now_ms),
+                Kind::Catalog(p) => router.route_fleet_at(predictions, fleet, p, s, request, hashes, id, now_ms),
+            });
+        }
+    };
+    macro_rules! go {
+        ($s:expr, $p:expr) => {
+            match predictions {
+                Some(pr) => {
+                    router.route_fleet_predicting(pr, fleet, $p, $s, request, hashes, id, now)
+                }
+                None => router.route_fleet(fleet, $p, $s, request, hashes, id),
+            }
+        };
+    }
+    with_selector!(selector, s => match &policy.kind {
+        Kind::Default(p) => go!(s, p),
+        Kind::Composed(p) => go!(s, p),
+        Kind::Catalog(p) => go!(s, p),
+    })
+}
+
+/// The route over `rows`: the core router's call for the clock, the predictions and the
+/// policy's kind.
 #[allow(clippy::too_many_arguments, reason = "the route's inputs, forwarded")]
 fn route_any<const W: usize>(
     router: &mut CoreRouter<W>,

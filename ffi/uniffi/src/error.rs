@@ -98,7 +98,7 @@ route_error! {
     InvalidRequest,
     /// A row is invalid (a NaN, infinite or negative estimate).
     InvalidRow,
-    /// Two rows name the same worker and rank.
+    /// Two rows name the same worker and rank, or the worker is in the router's fleet already.
     DuplicateWorker,
     /// The pinned worker is not among the rows.
     PinNotAllowed,
@@ -122,7 +122,7 @@ route_error! {
     DuplicateRequest,
     /// No booked request has this id.
     UnknownRequest,
-    /// The worker is not registered with the ledger.
+    /// The worker is not registered with the ledger (or, for the router's fleet, not in it).
     UnknownWorker,
     /// libroute panicked (a bug); the call had no effect.
     Panic,

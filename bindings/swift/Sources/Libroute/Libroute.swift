@@ -4291,7 +4291,7 @@ enum RouteError: Swift.Error, Equatable, Hashable, Foundation.LocalizedError {
          */detail: String
     )
     /**
-     * Two rows name the same worker and rank.
+     * Two rows name the same worker and rank, or the worker is in the router's fleet already.
      */
     case DuplicateWorker(
         /**
@@ -4399,7 +4399,7 @@ enum RouteError: Swift.Error, Equatable, Hashable, Foundation.LocalizedError {
          */detail: String
     )
     /**
-     * The worker is not registered with the ledger.
+     * The worker is not registered with the ledger (or, for the router's fleet, not in it).
      */
     case UnknownWorker(
         /**

@@ -5534,7 +5534,7 @@ sealed class RouteException: kotlin.Exception() {
     }
     
     /**
-     * Two rows name the same worker and rank.
+     * Two rows name the same worker and rank, or the worker is in the router's fleet already.
      */
     class DuplicateWorker(
         
@@ -5714,7 +5714,7 @@ sealed class RouteException: kotlin.Exception() {
     }
     
     /**
-     * The worker is not registered with the ledger.
+     * The worker is not registered with the ledger (or, for the router's fleet, not in it).
      */
     class UnknownWorker(
         
