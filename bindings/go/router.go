@@ -26,6 +26,29 @@ static libroute_status lr_route_at(libroute_router *router, const libroute_polic
   if (rc != LIBROUTE_STATUS_OK) libroute_last_error(detail, detail_len, detail_n);
   return rc;
 }
+// The same over the router's fleet (libroute_router_route_fleet and _route_fleet_at).
+static libroute_status lr_route_fleet(libroute_router *router, const libroute_policy *policy,
+                                      libroute_selector *selector, const libroute_request *request,
+                                      const uint64_t *hashes, size_t hashes_len, uint64_t id,
+                                      uint64_t now, libroute_selection *out, char *detail,
+                                      size_t detail_len, size_t *detail_n) {
+  libroute_status rc = libroute_router_route_fleet(router, policy, selector, request, hashes,
+                                                   hashes_len, id, now, out);
+  *detail_n = 0;
+  if (rc != LIBROUTE_STATUS_OK) libroute_last_error(detail, detail_len, detail_n);
+  return rc;
+}
+static libroute_status lr_route_fleet_at(libroute_router *router, const libroute_policy *policy,
+                                         libroute_selector *selector, const libroute_request *request,
+                                         const uint64_t *hashes, size_t hashes_len, uint64_t id,
+                                         double now_ms, libroute_selection *out, char *detail,
+                                         size_t detail_len, size_t *detail_n) {
+  libroute_status rc = libroute_router_route_fleet_at(router, policy, selector, request, hashes,
+                                                      hashes_len, id, now_ms, out);
+  *detail_n = 0;
+  if (rc != LIBROUTE_STATUS_OK) libroute_last_error(detail, detail_len, detail_n);
+  return rc;
+}
 */
 import "C"
 
@@ -116,9 +139,66 @@ func (r *Router) AddWorker(w Worker) error {
 	return r.do(func(p *C.libroute_router) C.libroute_status { return C.libroute_router_add_worker(p, cWorker(w)) })
 }
 
-// RemoveWorker forgets a worker: its blocks leave the index and its load the ledger.
+// RemoveWorker forgets a worker: its blocks leave the index, its load the ledger, and its row
+// the fleet.
 func (r *Router) RemoveWorker(w Worker) error {
 	return r.do(func(p *C.libroute_router) C.libroute_status { return C.libroute_router_remove_worker(p, cWorker(w)) })
+}
+
+// FleetAdd adds a worker to the router's fleet, the candidates RouteFleet routes over, with
+// taints (bit i for taint index i), not overloaded. Register it with AddWorker too, for it to be
+// booked. StatusDuplicateWorker when it is in the fleet, StatusCapacityExceeded when MaxWorkers
+// are.
+func (r *Router) FleetAdd(w Worker, taints uint64) error {
+	return r.do(func(p *C.libroute_router) C.libroute_status {
+		return C.libroute_router_fleet_add(p, cWorker(w), C.uint64_t(taints))
+	})
+}
+
+// FleetRemove takes a worker out of the fleet (its blocks and load stay); StatusUnknownWorker
+// when it is not in it.
+func (r *Router) FleetRemove(w Worker) error {
+	return r.do(func(p *C.libroute_router) C.libroute_status { return C.libroute_router_fleet_remove(p, cWorker(w)) })
+}
+
+// FleetSetTaints replaces the taints of a worker's row in the fleet.
+func (r *Router) FleetSetTaints(w Worker, taints uint64) error {
+	return r.do(func(p *C.libroute_router) C.libroute_status {
+		return C.libroute_router_fleet_set_taints(p, cWorker(w), C.uint64_t(taints))
+	})
+}
+
+// FleetSetOverloaded marks a worker's row in the fleet overloaded (skipped with the overload
+// reason) or not.
+func (r *Router) FleetSetOverloaded(w Worker, overloaded bool) error {
+	var flag C.uint8_t
+	if overloaded {
+		flag = 1
+	}
+	return r.do(func(p *C.libroute_router) C.libroute_status {
+		return C.libroute_router_fleet_set_overloaded(p, cWorker(w), flag)
+	})
+}
+
+// FleetRows returns a copy of the fleet's rows, sorted by worker, with the inputs the last
+// RouteFleet read: a Selection's Row from RouteFleet is a position in them.
+func (r *Router) FleetRows() ([]Row, error) {
+	var n C.size_t
+	err := r.do(func(p *C.libroute_router) C.libroute_status { return C.libroute_router_fleet_rows(p, nil, 0, &n) })
+	if err != nil && !errors.Is(err, StatusBufferTooSmall) {
+		return nil, err
+	}
+	rows := make([]Row, int(n))
+	if len(rows) == 0 {
+		return rows, nil
+	}
+	err = r.do(func(p *C.libroute_router) C.libroute_status {
+		return C.libroute_router_fleet_rows(p, (*C.libroute_row)(unsafe.Pointer(&rows[0])), n, &n)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return rows[:int(n)], nil
 }
 
 // KvKind is the kind of a KV-cache event.
@@ -401,7 +481,27 @@ func (r *Router) RouteAt(policy *Policy, s *Selector, req *Request, hashes []uin
 	})
 }
 
-// routeArgs are the C arguments Route and RouteAt share.
+// RouteFleet is Route over the router's fleet (FleetAdd) instead of rows passed each call: each
+// worker is looked for where it was found last time, and only the rows of workers whose load or
+// index bit changed since the last RouteFleet are read again. The selection's Row is a position
+// in FleetRows. StatusNoEndpoints when the fleet is empty.
+func (r *Router) RouteFleet(policy *Policy, s *Selector, req *Request, hashes []uint64, id, now uint64) (Selection, error) {
+	return r.route(policy, s, req, hashes, nil, id, func(c routeArgs) C.libroute_status {
+		return C.lr_route_fleet(c.router, c.policy, c.selector, c.request, c.hashes, c.hashesLen,
+			C.uint64_t(id), C.uint64_t(now), &s.out, &s.detail[0], C.size_t(len(s.detail)), &s.detailLen)
+	})
+}
+
+// RouteFleetAt is RouteFleet at nowMs, as RouteAt is Route at nowMs.
+func (r *Router) RouteFleetAt(policy *Policy, s *Selector, req *Request, hashes []uint64, id uint64, nowMs float64) (Selection, error) {
+	return r.route(policy, s, req, hashes, nil, id, func(c routeArgs) C.libroute_status {
+		return C.lr_route_fleet_at(c.router, c.policy, c.selector, c.request, c.hashes, c.hashesLen,
+			C.uint64_t(id), C.double(nowMs), &s.out, &s.detail[0], C.size_t(len(s.detail)), &s.detailLen)
+	})
+}
+
+// routeArgs are the C arguments Route, RouteAt, RouteFleet and RouteFleetAt share (no rows for
+// the fleet's).
 type routeArgs struct {
 	router    *C.libroute_router
 	policy    *C.libroute_policy

@@ -272,3 +272,92 @@ func TestEngineKvBatches(t *testing.T) {
 		t.Fatalf("selection %+v, %v", sel, err)
 	}
 }
+
+func TestRouteFleetRoutesAsRowsDo(t *testing.T) {
+	overRows, overFleet := newTestRouter(t, 8), newTestRouter(t, 8)
+	defer overRows.Close()
+	defer overFleet.Close()
+	policy, _ := NewPolicy("")
+	defer policy.Close()
+	selA, _ := NewSelector(64, 3)
+	defer selA.Close()
+	selB, _ := NewSelector(64, 3)
+	defer selB.Close()
+	req := Request{PromptTokens: 96, BlockSize: 16, Role: RoleAggregated, TrackPrefillTokens: true}
+	if _, err := overFleet.RouteFleet(policy, selB, &req, nil, 1, 0); !errors.Is(err, StatusNoEndpoints) {
+		t.Fatalf("empty fleet: %v", err)
+	}
+	hashes := []uint64{1, 2, 3, 4, 5, 6}
+	var rows []Row
+	for w := uint64(0); w < 6; w++ {
+		rows = append(rows, Row{Worker: Worker{ID: w}})
+	}
+	// Added out of order: the fleet keeps its rows sorted by worker, as rows are here.
+	for _, w := range []uint64{4, 1, 5, 0, 3, 2} {
+		for _, r := range []*Router{overRows, overFleet} {
+			if err := r.AddWorker(Worker{ID: w}); err != nil {
+				t.Fatal(err)
+			}
+			event := KvEvent{Kind: KvStored, Worker: Worker{ID: w}, Tier: TierDevice, Hashes: hashes[:w+1]}
+			if err := r.ApplyKvEvents([]KvEvent{event}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := overFleet.FleetAdd(Worker{ID: w}, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for id := uint64(1); id <= 24; id++ {
+		if id == 12 {
+			rows[5].Flags |= RowOverloaded
+			if err := overFleet.FleetSetOverloaded(Worker{ID: 5}, true); err != nil {
+				t.Fatal(err)
+			}
+		}
+		prompt := hashes[:id%6+1]
+		a, err := overRows.Route(policy, selA, &req, prompt, rows, id, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := overFleet.RouteFleet(policy, selB, &req, prompt, id, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if a != b {
+			t.Fatalf("route %d: over rows %+v, over the fleet %+v", id, a, b)
+		}
+		if id%4 == 0 {
+			for _, r := range []*Router{overRows, overFleet} {
+				if err := r.FreeRequest(id - 2); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+	}
+	fleetRows, err := overFleet.FleetRows()
+	if err != nil || fmt.Sprint(fleetRows) != fmt.Sprint(rows) {
+		t.Fatalf("fleet rows %+v (%v), rows %+v", fleetRows, err, rows)
+	}
+	if _, err := overFleet.RouteFleetAt(policy, selB, &req, hashes, 99, math.NaN()); !errors.Is(err, StatusInvalidArgument) {
+		t.Errorf("NaN time: %v", err)
+	}
+	if err := overFleet.FleetAdd(Worker{ID: 2}, 0); !errors.Is(err, StatusDuplicateWorker) {
+		t.Errorf("duplicate: %v", err)
+	}
+	if err := overFleet.FleetSetTaints(Worker{ID: 9}, 1); !errors.Is(err, StatusUnknownWorker) {
+		t.Errorf("unknown: %v", err)
+	}
+	if err := overFleet.FleetRemove(Worker{ID: 2}); err != nil {
+		t.Error(err)
+	}
+	if err := overFleet.RemoveWorker(Worker{ID: 3}); err != nil {
+		t.Error(err)
+	}
+	if fleetRows, _ := overFleet.FleetRows(); len(fleetRows) != 4 {
+		t.Errorf("after removals, %d rows", len(fleetRows))
+	}
+	overFleet.Close()
+	if err := overFleet.FleetAdd(Worker{ID: 1}, 0); !errors.Is(err, ErrClosed) {
+		t.Errorf("closed: %v", err)
+	}
+}
