@@ -333,6 +333,31 @@ impl Router {
         })?
     }
 
+    /// The body of `route_fleet` and `route_fleet_at`.
+    fn route_fleet_call(
+        &self,
+        policy: &Policy,
+        selector: &Selector,
+        request: &Request,
+        hashes: &[u64],
+        id: u64,
+        now: u::RouteTime,
+    ) -> PyResult<Selection> {
+        let converted = u::CRequest::new(&request.inner);
+        let selection = self
+            .inner
+            .route_fleet_raw(
+                &policy.inner,
+                &selector.inner,
+                &converted.args(),
+                hashes,
+                id,
+                now,
+            )
+            .map_err(to_py)?;
+        Ok(u::Selection::from_c(&selection, Vec::new()).into())
+    }
+
     /// One route over C rows, which the router fills with the cache and load it finds.
     #[allow(clippy::too_many_arguments, reason = "the route's inputs, forwarded")]
     fn route_rows(
@@ -386,9 +411,83 @@ impl Router {
         self.inner.add_worker(worker.into()).map_err(to_py)
     }
 
-    /// Forgets a worker: its blocks leave the index and its load the ledger.
+    /// Forgets a worker: its blocks leave the index, its load the ledger, and its row the fleet.
     fn remove_worker(&self, worker: Worker) -> PyResult<()> {
         self.inner.remove_worker(worker.into()).map_err(to_py)
+    }
+
+    /// Adds a worker to the router's fleet, the candidates `route_fleet` routes over, with
+    /// `taints` (bit `i` for taint `i`), not overloaded. Register it with `add_worker` too.
+    #[pyo3(signature = (worker, taints = 0))]
+    fn fleet_add(&self, worker: Worker, taints: u64) -> PyResult<()> {
+        self.inner.fleet_add(worker.into(), taints).map_err(to_py)
+    }
+
+    /// Takes a worker out of the fleet (its blocks and load stay).
+    fn fleet_remove(&self, worker: Worker) -> PyResult<()> {
+        self.inner.fleet_remove(worker.into()).map_err(to_py)
+    }
+
+    /// Replaces the taints of a worker's row in the fleet.
+    fn fleet_set_taints(&self, worker: Worker, taints: u64) -> PyResult<()> {
+        self.inner
+            .fleet_set_taints(worker.into(), taints)
+            .map_err(to_py)
+    }
+
+    /// Marks a worker's row in the fleet overloaded or not.
+    fn fleet_set_overloaded(&self, worker: Worker, overloaded: bool) -> PyResult<()> {
+        self.inner
+            .fleet_set_overloaded(worker.into(), overloaded)
+            .map_err(to_py)
+    }
+
+    /// The fleet's rows, sorted by worker, with the inputs the last fleet route read.
+    fn fleet_rows(&self) -> PyResult<Vec<Row>> {
+        let rows = self.inner.fleet_rows().map_err(to_py)?;
+        Ok(rows.iter().map(Row::from).collect())
+    }
+
+    /// `route` over the router's fleet instead of candidates passed each call: each worker is
+    /// looked for where it was found last time, and only rows whose load or index bit changed
+    /// are read again. The selection's `row` is a position in `fleet_rows()`.
+    fn route_fleet(
+        &self,
+        policy: PyRef<'_, Policy>,
+        selector: PyRef<'_, Selector>,
+        request: PyRef<'_, Request>,
+        hashes: Vec<u64>,
+        id: u64,
+        now: u64,
+    ) -> PyResult<Selection> {
+        self.route_fleet_call(
+            &policy,
+            &selector,
+            &request,
+            &hashes,
+            id,
+            u::RouteTime::Units(now),
+        )
+    }
+
+    /// `route_fleet` with the time in ms.
+    fn route_fleet_at(
+        &self,
+        policy: PyRef<'_, Policy>,
+        selector: PyRef<'_, Selector>,
+        request: PyRef<'_, Request>,
+        hashes: Vec<u64>,
+        id: u64,
+        now_ms: f64,
+    ) -> PyResult<Selection> {
+        self.route_fleet_call(
+            &policy,
+            &selector,
+            &request,
+            &hashes,
+            id,
+            u::RouteTime::Ms(now_ms),
+        )
     }
 
     /// Applies KV events in order (all or none when one is invalid).

@@ -131,3 +131,40 @@ def test_timed_routing_calibrates_the_ttft_policy():
         router.prefill_complete_at(100, -1.0)
     with pytest.raises(libroute.RouteError.InvalidArgument):
         router.route_at(policy, selector, req, [], candidates(), 101, float("nan"))
+
+
+def test_the_fleet_routes_as_candidates_do():
+    over_rows, over_fleet = libroute.Router(config()), libroute.Router(config())
+    policy = libroute.Policy("{}")
+    sel_a, sel_b = libroute.Selector(16, 3), libroute.Selector(16, 3)
+    with pytest.raises(libroute.RouteError.NoEndpoints):
+        over_fleet.route_fleet(policy, sel_b, request(), [], 1, 0)
+    hashes = [1, 2, 3, 4]
+    rows = [libroute.Row(worker=libroute.Worker(worker_id=w)) for w in range(4)]
+    # Added out of order: the fleet keeps its rows sorted by worker, as the candidates are.
+    for w in [2, 0, 3, 1]:
+        worker = libroute.Worker(worker_id=w)
+        for r in (over_rows, over_fleet):
+            r.add_worker(worker)
+            r.apply_kv_events(
+                [libroute.KvEvent.STORED(worker=worker, tier=libroute.Tier.DEVICE, hashes=hashes[: w + 1])]
+            )
+        over_fleet.fleet_add(worker)
+    for i in range(1, 13):
+        if i == 6:
+            rows[3] = libroute.Row(worker=libroute.Worker(worker_id=3), overloaded=True)
+            over_fleet.fleet_set_overloaded(libroute.Worker(worker_id=3), True)
+        prompt = hashes[: i % 4 + 1]
+        routed = over_rows.route(policy, sel_a, request(), prompt, rows, i, 0)
+        rows = routed.rows
+        fleet = over_fleet.route_fleet(policy, sel_b, request(), prompt, i, 0)
+        assert repr(fleet) == repr(routed.selection), i
+    assert repr(over_fleet.fleet_rows()) == repr(rows)
+    with pytest.raises(libroute.RouteError.DuplicateWorker):
+        over_fleet.fleet_add(libroute.Worker(worker_id=1))
+    with pytest.raises(libroute.RouteError.UnknownWorker):
+        over_fleet.fleet_set_taints(libroute.Worker(worker_id=9), 1)
+    with pytest.raises(libroute.RouteError.InvalidArgument):
+        over_fleet.route_fleet_at(policy, sel_b, request(), hashes, 99, float("nan"))
+    over_fleet.fleet_remove(libroute.Worker(worker_id=1))
+    assert len(over_fleet.fleet_rows()) == 3

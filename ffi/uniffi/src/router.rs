@@ -275,6 +275,45 @@ impl Router {
         })
     }
 
+    /// [`Router::route_fleet`] (`now` in prediction units) or [`Router::route_fleet_at`]
+    /// (`now_ms`) over the C vocabulary, for the JVM fast path and the Python extension.
+    ///
+    /// # Errors
+    ///
+    /// As [`Router::route_fleet`].
+    pub fn route_fleet_raw(
+        &self,
+        policy: &Policy,
+        selector: &Selector,
+        request: &RequestArgs<'_>,
+        hashes: &[u64],
+        id: u64,
+        now: RouteTime,
+    ) -> Result<libroute_selection, RouteError> {
+        policy.with(|policy| {
+            selector.with(|state| {
+                self.with(|r| {
+                    Ok(r.route_fleet(policy, &mut state.inner, request, hashes, id, now)?)
+                })
+            })
+        })
+    }
+
+    /// The body of [`Router::route_fleet`] and [`Router::route_fleet_at`].
+    fn route_fleet_call(
+        &self,
+        policy: &Policy,
+        selector: &Selector,
+        request: &Request,
+        hashes: &[u64],
+        id: u64,
+        now: RouteTime,
+    ) -> Result<Selection, RouteError> {
+        let converted = CRequest::new(request);
+        let out = self.route_fleet_raw(policy, selector, &converted.args(), hashes, id, now)?;
+        Ok(Selection::from_c(&out, Vec::new()))
+    }
+
     /// Runs `f` on the live router, holding the lock.
     fn with<R>(
         &self,
@@ -327,7 +366,7 @@ impl Router {
         self.with(|r| Ok(r.add_worker(worker.into())?))
     }
 
-    /// Forgets a worker: its blocks leave the index and its load the ledger.
+    /// Forgets a worker: its blocks leave the index, its load the ledger, and its row the fleet.
     ///
     /// # Errors
     ///
@@ -337,6 +376,54 @@ impl Router {
             r.remove_worker(worker.into());
             Ok(())
         })
+    }
+
+    /// Adds a worker to the router's fleet, the candidates [`Router::route_fleet`] routes over,
+    /// with `taints` (bit `i` for taint `i`), not overloaded. Register it with
+    /// [`Router::add_worker`] too, for it to be booked.
+    ///
+    /// # Errors
+    ///
+    /// `DuplicateWorker` (in the fleet already), `CapacityExceeded` (`max_workers` in it).
+    pub fn fleet_add(&self, worker: Worker, taints: u64) -> Result<(), RouteError> {
+        self.with(|r| Ok(r.fleet_add(worker.into(), taints)?))
+    }
+
+    /// Takes a worker out of the fleet (its blocks and load stay).
+    ///
+    /// # Errors
+    ///
+    /// `UnknownWorker` (not in the fleet).
+    pub fn fleet_remove(&self, worker: Worker) -> Result<(), RouteError> {
+        self.with(|r| Ok(r.fleet_remove(worker.into())?))
+    }
+
+    /// Replaces the taints of a worker's row in the fleet.
+    ///
+    /// # Errors
+    ///
+    /// `UnknownWorker` (not in the fleet).
+    pub fn fleet_set_taints(&self, worker: Worker, taints: u64) -> Result<(), RouteError> {
+        self.with(|r| Ok(r.fleet_set_taints(worker.into(), taints)?))
+    }
+
+    /// Marks a worker's row in the fleet overloaded (skipped with the overload reason) or not.
+    ///
+    /// # Errors
+    ///
+    /// `UnknownWorker` (not in the fleet).
+    pub fn fleet_set_overloaded(&self, worker: Worker, overloaded: bool) -> Result<(), RouteError> {
+        self.with(|r| Ok(r.fleet_set_overloaded(worker.into(), overloaded)?))
+    }
+
+    /// The fleet's rows, sorted by worker, with the inputs the last fleet route read: a fleet
+    /// route's `row` is a position in them.
+    ///
+    /// # Errors
+    ///
+    /// `Closed` after `release`.
+    pub fn fleet_rows(&self) -> Result<Vec<Row>, RouteError> {
+        self.with(|r| Ok(r.fleet_rows().iter().map(Row::from).collect()))
     }
 
     /// Applies KV events in order.
@@ -497,6 +584,58 @@ impl Router {
     /// `UnknownRequest`.
     pub fn prefill_complete(&self, id: u64) -> Result<(), RouteError> {
         self.with(|r| Ok(r.prefill_complete(id, None)?))
+    }
+
+    /// [`Router::route`] over the router's fleet ([`Router::fleet_add`]) instead of candidates
+    /// passed each call: each worker is looked for where it was found last time, and only the
+    /// rows of workers whose load or index bit changed since the last fleet route are read
+    /// again. The selection's `row` is a position in [`Router::fleet_rows`].
+    ///
+    /// # Errors
+    ///
+    /// As [`Router::route`] (`NoEndpoints` for an empty fleet).
+    pub fn route_fleet(
+        &self,
+        policy: Arc<Policy>,
+        selector: Arc<Selector>,
+        request: Request,
+        hashes: Vec<u64>,
+        id: u64,
+        now: u64,
+    ) -> Result<Selection, RouteError> {
+        self.route_fleet_call(
+            &policy,
+            &selector,
+            &request,
+            &hashes,
+            id,
+            RouteTime::Units(now),
+        )
+    }
+
+    /// [`Router::route_fleet`] at `now_ms`, as [`Router::route_at`] is [`Router::route`] at
+    /// `now_ms`.
+    ///
+    /// # Errors
+    ///
+    /// As [`Router::route_at`].
+    pub fn route_fleet_at(
+        &self,
+        policy: Arc<Policy>,
+        selector: Arc<Selector>,
+        request: Request,
+        hashes: Vec<u64>,
+        id: u64,
+        now_ms: f64,
+    ) -> Result<Selection, RouteError> {
+        self.route_fleet_call(
+            &policy,
+            &selector,
+            &request,
+            &hashes,
+            id,
+            RouteTime::Ms(now_ms),
+        )
     }
 
     /// Frees request `id` (finished or cancelled).

@@ -1035,6 +1035,54 @@ public protocol RouterProtocol: AnyObject, Sendable {
     func counters() throws  -> RouterCounters
     
     /**
+     * Adds a worker to the router's fleet, the candidates [`Router::route_fleet`] routes over,
+     * with `taints` (bit `i` for taint `i`), not overloaded. Register it with
+     * [`Router::add_worker`] too, for it to be booked.
+     *
+     * # Errors
+     *
+     * `DuplicateWorker` (in the fleet already), `CapacityExceeded` (`max_workers` in it).
+     */
+    func fleetAdd(worker: Worker, taints: UInt64) throws 
+    
+    /**
+     * Takes a worker out of the fleet (its blocks and load stay).
+     *
+     * # Errors
+     *
+     * `UnknownWorker` (not in the fleet).
+     */
+    func fleetRemove(worker: Worker) throws 
+    
+    /**
+     * The fleet's rows, sorted by worker, with the inputs the last fleet route read: a fleet
+     * route's `row` is a position in them.
+     *
+     * # Errors
+     *
+     * `Closed` after `release`.
+     */
+    func fleetRows() throws  -> [Row]
+    
+    /**
+     * Marks a worker's row in the fleet overloaded (skipped with the overload reason) or not.
+     *
+     * # Errors
+     *
+     * `UnknownWorker` (not in the fleet).
+     */
+    func fleetSetOverloaded(worker: Worker, overloaded: Bool) throws 
+    
+    /**
+     * Replaces the taints of a worker's row in the fleet.
+     *
+     * # Errors
+     *
+     * `UnknownWorker` (not in the fleet).
+     */
+    func fleetSetTaints(worker: Worker, taints: UInt64) throws 
+    
+    /**
      * Frees request `id` (finished or cancelled).
      *
      * # Errors
@@ -1080,7 +1128,7 @@ public protocol RouterProtocol: AnyObject, Sendable {
     func release() 
     
     /**
-     * Forgets a worker: its blocks leave the index and its load the ledger.
+     * Forgets a worker: its blocks leave the index, its load the ledger, and its row the fleet.
      *
      * # Errors
      *
@@ -1126,6 +1174,28 @@ public protocol RouterProtocol: AnyObject, Sendable {
      * As [`Router::route`], and `InvalidArgument` for a time that is NaN, infinite or negative.
      */
     func routeAt(policy: Policy, selector: Selector, request: Request, hashes: [UInt64], candidates: [Row], id: UInt64, nowMs: Double) throws  -> Routed
+    
+    /**
+     * [`Router::route`] over the router's fleet ([`Router::fleet_add`]) instead of candidates
+     * passed each call: each worker is looked for where it was found last time, and only the
+     * rows of workers whose load or index bit changed since the last fleet route are read
+     * again. The selection's `row` is a position in [`Router::fleet_rows`].
+     *
+     * # Errors
+     *
+     * As [`Router::route`] (`NoEndpoints` for an empty fleet).
+     */
+    func routeFleet(policy: Policy, selector: Selector, request: Request, hashes: [UInt64], id: UInt64, now: UInt64) throws  -> Selection
+    
+    /**
+     * [`Router::route_fleet`] at `now_ms`, as [`Router::route_at`] is [`Router::route`] at
+     * `now_ms`.
+     *
+     * # Errors
+     *
+     * As [`Router::route_at`].
+     */
+    func routeFleetAt(policy: Policy, selector: Selector, request: Request, hashes: [UInt64], id: UInt64, nowMs: Double) throws  -> Selection
     
     /**
      * The router's state, its index and ledger (not approximate mode's predictions), in
@@ -1343,6 +1413,92 @@ open func counters()throws  -> RouterCounters  {
 }
     
     /**
+     * Adds a worker to the router's fleet, the candidates [`Router::route_fleet`] routes over,
+     * with `taints` (bit `i` for taint `i`), not overloaded. Register it with
+     * [`Router::add_worker`] too, for it to be booked.
+     *
+     * # Errors
+     *
+     * `DuplicateWorker` (in the fleet already), `CapacityExceeded` (`max_workers` in it).
+     */
+open func fleetAdd(worker: Worker, taints: UInt64)throws   {try rustCallWithError(FfiConverterTypeRouteError_lift) {
+        uniffiCallStatus in
+    uniffi_route_uniffi_fn_method_router_fleet_add(
+            self.uniffiCloneHandle(),
+        FfiConverterTypeWorker_lower(worker),
+        FfiConverterUInt64.lower(taints),uniffiCallStatus
+    )
+}
+}
+    
+    /**
+     * Takes a worker out of the fleet (its blocks and load stay).
+     *
+     * # Errors
+     *
+     * `UnknownWorker` (not in the fleet).
+     */
+open func fleetRemove(worker: Worker)throws   {try rustCallWithError(FfiConverterTypeRouteError_lift) {
+        uniffiCallStatus in
+    uniffi_route_uniffi_fn_method_router_fleet_remove(
+            self.uniffiCloneHandle(),
+        FfiConverterTypeWorker_lower(worker),uniffiCallStatus
+    )
+}
+}
+    
+    /**
+     * The fleet's rows, sorted by worker, with the inputs the last fleet route read: a fleet
+     * route's `row` is a position in them.
+     *
+     * # Errors
+     *
+     * `Closed` after `release`.
+     */
+open func fleetRows()throws  -> [Row]  {
+    return try  FfiConverterSequenceTypeRow.lift(try rustCallWithError(FfiConverterTypeRouteError_lift) {
+        uniffiCallStatus in
+    uniffi_route_uniffi_fn_method_router_fleet_rows(
+            self.uniffiCloneHandle(),uniffiCallStatus
+    )
+})
+}
+    
+    /**
+     * Marks a worker's row in the fleet overloaded (skipped with the overload reason) or not.
+     *
+     * # Errors
+     *
+     * `UnknownWorker` (not in the fleet).
+     */
+open func fleetSetOverloaded(worker: Worker, overloaded: Bool)throws   {try rustCallWithError(FfiConverterTypeRouteError_lift) {
+        uniffiCallStatus in
+    uniffi_route_uniffi_fn_method_router_fleet_set_overloaded(
+            self.uniffiCloneHandle(),
+        FfiConverterTypeWorker_lower(worker),
+        FfiConverterBool.lower(overloaded),uniffiCallStatus
+    )
+}
+}
+    
+    /**
+     * Replaces the taints of a worker's row in the fleet.
+     *
+     * # Errors
+     *
+     * `UnknownWorker` (not in the fleet).
+     */
+open func fleetSetTaints(worker: Worker, taints: UInt64)throws   {try rustCallWithError(FfiConverterTypeRouteError_lift) {
+        uniffiCallStatus in
+    uniffi_route_uniffi_fn_method_router_fleet_set_taints(
+            self.uniffiCloneHandle(),
+        FfiConverterTypeWorker_lower(worker),
+        FfiConverterUInt64.lower(taints),uniffiCallStatus
+    )
+}
+}
+    
+    /**
      * Frees request `id` (finished or cancelled).
      *
      * # Errors
@@ -1424,7 +1580,7 @@ open func release()  {try! rustCall() {
 }
     
     /**
-     * Forgets a worker: its blocks leave the index and its load the ledger.
+     * Forgets a worker: its blocks leave the index, its load the ledger, and its row the fleet.
      *
      * # Errors
      *
@@ -1509,6 +1665,54 @@ open func routeAt(policy: Policy, selector: Selector, request: Request, hashes: 
         FfiConverterTypeRequest_lower(request),
         FfiConverterSequenceUInt64.lower(hashes),
         FfiConverterSequenceTypeRow.lower(candidates),
+        FfiConverterUInt64.lower(id),
+        FfiConverterDouble.lower(nowMs),uniffiCallStatus
+    )
+})
+}
+    
+    /**
+     * [`Router::route`] over the router's fleet ([`Router::fleet_add`]) instead of candidates
+     * passed each call: each worker is looked for where it was found last time, and only the
+     * rows of workers whose load or index bit changed since the last fleet route are read
+     * again. The selection's `row` is a position in [`Router::fleet_rows`].
+     *
+     * # Errors
+     *
+     * As [`Router::route`] (`NoEndpoints` for an empty fleet).
+     */
+open func routeFleet(policy: Policy, selector: Selector, request: Request, hashes: [UInt64], id: UInt64, now: UInt64)throws  -> Selection  {
+    return try  FfiConverterTypeSelection_lift(try rustCallWithError(FfiConverterTypeRouteError_lift) {
+        uniffiCallStatus in
+    uniffi_route_uniffi_fn_method_router_route_fleet(
+            self.uniffiCloneHandle(),
+        FfiConverterTypePolicy_lower(policy),
+        FfiConverterTypeSelector_lower(selector),
+        FfiConverterTypeRequest_lower(request),
+        FfiConverterSequenceUInt64.lower(hashes),
+        FfiConverterUInt64.lower(id),
+        FfiConverterUInt64.lower(now),uniffiCallStatus
+    )
+})
+}
+    
+    /**
+     * [`Router::route_fleet`] at `now_ms`, as [`Router::route_at`] is [`Router::route`] at
+     * `now_ms`.
+     *
+     * # Errors
+     *
+     * As [`Router::route_at`].
+     */
+open func routeFleetAt(policy: Policy, selector: Selector, request: Request, hashes: [UInt64], id: UInt64, nowMs: Double)throws  -> Selection  {
+    return try  FfiConverterTypeSelection_lift(try rustCallWithError(FfiConverterTypeRouteError_lift) {
+        uniffiCallStatus in
+    uniffi_route_uniffi_fn_method_router_route_fleet_at(
+            self.uniffiCloneHandle(),
+        FfiConverterTypePolicy_lower(policy),
+        FfiConverterTypeSelector_lower(selector),
+        FfiConverterTypeRequest_lower(request),
+        FfiConverterSequenceUInt64.lower(hashes),
         FfiConverterUInt64.lower(id),
         FfiConverterDouble.lower(nowMs),uniffiCallStatus
     )
@@ -5306,6 +5510,21 @@ private let initializationResult: InitializationResult = {
     if (uniffi_route_uniffi_checksum_method_router_counters() != 59127) {
         return InitializationResult.apiChecksumMismatch
     }
+    if (uniffi_route_uniffi_checksum_method_router_fleet_add() != 4672) {
+        return InitializationResult.apiChecksumMismatch
+    }
+    if (uniffi_route_uniffi_checksum_method_router_fleet_remove() != 38460) {
+        return InitializationResult.apiChecksumMismatch
+    }
+    if (uniffi_route_uniffi_checksum_method_router_fleet_rows() != 25856) {
+        return InitializationResult.apiChecksumMismatch
+    }
+    if (uniffi_route_uniffi_checksum_method_router_fleet_set_overloaded() != 46455) {
+        return InitializationResult.apiChecksumMismatch
+    }
+    if (uniffi_route_uniffi_checksum_method_router_fleet_set_taints() != 16332) {
+        return InitializationResult.apiChecksumMismatch
+    }
     if (uniffi_route_uniffi_checksum_method_router_free_request() != 367) {
         return InitializationResult.apiChecksumMismatch
     }
@@ -5321,7 +5540,7 @@ private let initializationResult: InitializationResult = {
     if (uniffi_route_uniffi_checksum_method_router_release() != 38872) {
         return InitializationResult.apiChecksumMismatch
     }
-    if (uniffi_route_uniffi_checksum_method_router_remove_worker() != 58342) {
+    if (uniffi_route_uniffi_checksum_method_router_remove_worker() != 14944) {
         return InitializationResult.apiChecksumMismatch
     }
     if (uniffi_route_uniffi_checksum_method_router_restore() != 62682) {
@@ -5331,6 +5550,12 @@ private let initializationResult: InitializationResult = {
         return InitializationResult.apiChecksumMismatch
     }
     if (uniffi_route_uniffi_checksum_method_router_route_at() != 53257) {
+        return InitializationResult.apiChecksumMismatch
+    }
+    if (uniffi_route_uniffi_checksum_method_router_route_fleet() != 57733) {
+        return InitializationResult.apiChecksumMismatch
+    }
+    if (uniffi_route_uniffi_checksum_method_router_route_fleet_at() != 21754) {
         return InitializationResult.apiChecksumMismatch
     }
     if (uniffi_route_uniffi_checksum_method_router_snapshot() != 50682) {

@@ -343,6 +343,31 @@ void uniffi_route_uniffi_fn_method_router_book_at(uint64_t ptr, uint64_t id, Rus
 RustBuffer uniffi_route_uniffi_fn_method_router_counters(uint64_t ptr, RustCallStatus *_Nonnull out_status
 );
 #endif
+#ifndef UNIFFI_FFIDEF_UNIFFI_ROUTE_UNIFFI_FN_METHOD_ROUTER_FLEET_ADD
+#define UNIFFI_FFIDEF_UNIFFI_ROUTE_UNIFFI_FN_METHOD_ROUTER_FLEET_ADD
+void uniffi_route_uniffi_fn_method_router_fleet_add(uint64_t ptr, RustBuffer worker, uint64_t taints, RustCallStatus *_Nonnull out_status
+);
+#endif
+#ifndef UNIFFI_FFIDEF_UNIFFI_ROUTE_UNIFFI_FN_METHOD_ROUTER_FLEET_REMOVE
+#define UNIFFI_FFIDEF_UNIFFI_ROUTE_UNIFFI_FN_METHOD_ROUTER_FLEET_REMOVE
+void uniffi_route_uniffi_fn_method_router_fleet_remove(uint64_t ptr, RustBuffer worker, RustCallStatus *_Nonnull out_status
+);
+#endif
+#ifndef UNIFFI_FFIDEF_UNIFFI_ROUTE_UNIFFI_FN_METHOD_ROUTER_FLEET_ROWS
+#define UNIFFI_FFIDEF_UNIFFI_ROUTE_UNIFFI_FN_METHOD_ROUTER_FLEET_ROWS
+RustBuffer uniffi_route_uniffi_fn_method_router_fleet_rows(uint64_t ptr, RustCallStatus *_Nonnull out_status
+);
+#endif
+#ifndef UNIFFI_FFIDEF_UNIFFI_ROUTE_UNIFFI_FN_METHOD_ROUTER_FLEET_SET_OVERLOADED
+#define UNIFFI_FFIDEF_UNIFFI_ROUTE_UNIFFI_FN_METHOD_ROUTER_FLEET_SET_OVERLOADED
+void uniffi_route_uniffi_fn_method_router_fleet_set_overloaded(uint64_t ptr, RustBuffer worker, int8_t overloaded, RustCallStatus *_Nonnull out_status
+);
+#endif
+#ifndef UNIFFI_FFIDEF_UNIFFI_ROUTE_UNIFFI_FN_METHOD_ROUTER_FLEET_SET_TAINTS
+#define UNIFFI_FFIDEF_UNIFFI_ROUTE_UNIFFI_FN_METHOD_ROUTER_FLEET_SET_TAINTS
+void uniffi_route_uniffi_fn_method_router_fleet_set_taints(uint64_t ptr, RustBuffer worker, uint64_t taints, RustCallStatus *_Nonnull out_status
+);
+#endif
 #ifndef UNIFFI_FFIDEF_UNIFFI_ROUTE_UNIFFI_FN_METHOD_ROUTER_FREE_REQUEST
 #define UNIFFI_FFIDEF_UNIFFI_ROUTE_UNIFFI_FN_METHOD_ROUTER_FREE_REQUEST
 void uniffi_route_uniffi_fn_method_router_free_request(uint64_t ptr, uint64_t id, RustCallStatus *_Nonnull out_status
@@ -386,6 +411,16 @@ RustBuffer uniffi_route_uniffi_fn_method_router_route(uint64_t ptr, uint64_t pol
 #ifndef UNIFFI_FFIDEF_UNIFFI_ROUTE_UNIFFI_FN_METHOD_ROUTER_ROUTE_AT
 #define UNIFFI_FFIDEF_UNIFFI_ROUTE_UNIFFI_FN_METHOD_ROUTER_ROUTE_AT
 RustBuffer uniffi_route_uniffi_fn_method_router_route_at(uint64_t ptr, uint64_t policy, uint64_t selector, RustBuffer request, RustBuffer hashes, RustBuffer candidates, uint64_t id, double now_ms, RustCallStatus *_Nonnull out_status
+);
+#endif
+#ifndef UNIFFI_FFIDEF_UNIFFI_ROUTE_UNIFFI_FN_METHOD_ROUTER_ROUTE_FLEET
+#define UNIFFI_FFIDEF_UNIFFI_ROUTE_UNIFFI_FN_METHOD_ROUTER_ROUTE_FLEET
+RustBuffer uniffi_route_uniffi_fn_method_router_route_fleet(uint64_t ptr, uint64_t policy, uint64_t selector, RustBuffer request, RustBuffer hashes, uint64_t id, uint64_t now, RustCallStatus *_Nonnull out_status
+);
+#endif
+#ifndef UNIFFI_FFIDEF_UNIFFI_ROUTE_UNIFFI_FN_METHOD_ROUTER_ROUTE_FLEET_AT
+#define UNIFFI_FFIDEF_UNIFFI_ROUTE_UNIFFI_FN_METHOD_ROUTER_ROUTE_FLEET_AT
+RustBuffer uniffi_route_uniffi_fn_method_router_route_fleet_at(uint64_t ptr, uint64_t policy, uint64_t selector, RustBuffer request, RustBuffer hashes, uint64_t id, double now_ms, RustCallStatus *_Nonnull out_status
 );
 #endif
 #ifndef UNIFFI_FFIDEF_UNIFFI_ROUTE_UNIFFI_FN_METHOD_ROUTER_SNAPSHOT
@@ -799,6 +834,36 @@ uint16_t uniffi_route_uniffi_checksum_method_router_counters(void
     
 );
 #endif
+#ifndef UNIFFI_FFIDEF_UNIFFI_ROUTE_UNIFFI_CHECKSUM_METHOD_ROUTER_FLEET_ADD
+#define UNIFFI_FFIDEF_UNIFFI_ROUTE_UNIFFI_CHECKSUM_METHOD_ROUTER_FLEET_ADD
+uint16_t uniffi_route_uniffi_checksum_method_router_fleet_add(void
+    
+);
+#endif
+#ifndef UNIFFI_FFIDEF_UNIFFI_ROUTE_UNIFFI_CHECKSUM_METHOD_ROUTER_FLEET_REMOVE
+#define UNIFFI_FFIDEF_UNIFFI_ROUTE_UNIFFI_CHECKSUM_METHOD_ROUTER_FLEET_REMOVE
+uint16_t uniffi_route_uniffi_checksum_method_router_fleet_remove(void
+    
+);
+#endif
+#ifndef UNIFFI_FFIDEF_UNIFFI_ROUTE_UNIFFI_CHECKSUM_METHOD_ROUTER_FLEET_ROWS
+#define UNIFFI_FFIDEF_UNIFFI_ROUTE_UNIFFI_CHECKSUM_METHOD_ROUTER_FLEET_ROWS
+uint16_t uniffi_route_uniffi_checksum_method_router_fleet_rows(void
+    
+);
+#endif
+#ifndef UNIFFI_FFIDEF_UNIFFI_ROUTE_UNIFFI_CHECKSUM_METHOD_ROUTER_FLEET_SET_OVERLOADED
+#define UNIFFI_FFIDEF_UNIFFI_ROUTE_UNIFFI_CHECKSUM_METHOD_ROUTER_FLEET_SET_OVERLOADED
+uint16_t uniffi_route_uniffi_checksum_method_router_fleet_set_overloaded(void
+    
+);
+#endif
+#ifndef UNIFFI_FFIDEF_UNIFFI_ROUTE_UNIFFI_CHECKSUM_METHOD_ROUTER_FLEET_SET_TAINTS
+#define UNIFFI_FFIDEF_UNIFFI_ROUTE_UNIFFI_CHECKSUM_METHOD_ROUTER_FLEET_SET_TAINTS
+uint16_t uniffi_route_uniffi_checksum_method_router_fleet_set_taints(void
+    
+);
+#endif
 #ifndef UNIFFI_FFIDEF_UNIFFI_ROUTE_UNIFFI_CHECKSUM_METHOD_ROUTER_FREE_REQUEST
 #define UNIFFI_FFIDEF_UNIFFI_ROUTE_UNIFFI_CHECKSUM_METHOD_ROUTER_FREE_REQUEST
 uint16_t uniffi_route_uniffi_checksum_method_router_free_request(void
@@ -850,6 +915,18 @@ uint16_t uniffi_route_uniffi_checksum_method_router_route(void
 #ifndef UNIFFI_FFIDEF_UNIFFI_ROUTE_UNIFFI_CHECKSUM_METHOD_ROUTER_ROUTE_AT
 #define UNIFFI_FFIDEF_UNIFFI_ROUTE_UNIFFI_CHECKSUM_METHOD_ROUTER_ROUTE_AT
 uint16_t uniffi_route_uniffi_checksum_method_router_route_at(void
+    
+);
+#endif
+#ifndef UNIFFI_FFIDEF_UNIFFI_ROUTE_UNIFFI_CHECKSUM_METHOD_ROUTER_ROUTE_FLEET
+#define UNIFFI_FFIDEF_UNIFFI_ROUTE_UNIFFI_CHECKSUM_METHOD_ROUTER_ROUTE_FLEET
+uint16_t uniffi_route_uniffi_checksum_method_router_route_fleet(void
+    
+);
+#endif
+#ifndef UNIFFI_FFIDEF_UNIFFI_ROUTE_UNIFFI_CHECKSUM_METHOD_ROUTER_ROUTE_FLEET_AT
+#define UNIFFI_FFIDEF_UNIFFI_ROUTE_UNIFFI_CHECKSUM_METHOD_ROUTER_ROUTE_FLEET_AT
+uint16_t uniffi_route_uniffi_checksum_method_router_route_fleet_at(void
     
 );
 #endif

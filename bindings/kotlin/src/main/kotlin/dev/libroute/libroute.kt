@@ -704,6 +704,16 @@ internal object IntegrityCheckingUniffiLib {
     ): Int
     external fun uniffi_route_uniffi_checksum_method_router_counters(
     ): Int
+    external fun uniffi_route_uniffi_checksum_method_router_fleet_add(
+    ): Int
+    external fun uniffi_route_uniffi_checksum_method_router_fleet_remove(
+    ): Int
+    external fun uniffi_route_uniffi_checksum_method_router_fleet_rows(
+    ): Int
+    external fun uniffi_route_uniffi_checksum_method_router_fleet_set_overloaded(
+    ): Int
+    external fun uniffi_route_uniffi_checksum_method_router_fleet_set_taints(
+    ): Int
     external fun uniffi_route_uniffi_checksum_method_router_free_request(
     ): Int
     external fun uniffi_route_uniffi_checksum_method_router_prefill_complete(
@@ -721,6 +731,10 @@ internal object IntegrityCheckingUniffiLib {
     external fun uniffi_route_uniffi_checksum_method_router_route(
     ): Int
     external fun uniffi_route_uniffi_checksum_method_router_route_at(
+    ): Int
+    external fun uniffi_route_uniffi_checksum_method_router_route_fleet(
+    ): Int
+    external fun uniffi_route_uniffi_checksum_method_router_route_fleet_at(
     ): Int
     external fun uniffi_route_uniffi_checksum_method_router_snapshot(
     ): Int
@@ -804,6 +818,16 @@ internal object UniffiLib {
     ): Unit
     external fun uniffi_route_uniffi_fn_method_router_counters(`ptr`: Long,uniffi_out_err: UniffiRustCallStatus, 
     ): RustBuffer.ByValue
+    external fun uniffi_route_uniffi_fn_method_router_fleet_add(`ptr`: Long,`worker`: RustBuffer.ByValue,`taints`: Long,uniffi_out_err: UniffiRustCallStatus, 
+    ): Unit
+    external fun uniffi_route_uniffi_fn_method_router_fleet_remove(`ptr`: Long,`worker`: RustBuffer.ByValue,uniffi_out_err: UniffiRustCallStatus, 
+    ): Unit
+    external fun uniffi_route_uniffi_fn_method_router_fleet_rows(`ptr`: Long,uniffi_out_err: UniffiRustCallStatus, 
+    ): RustBuffer.ByValue
+    external fun uniffi_route_uniffi_fn_method_router_fleet_set_overloaded(`ptr`: Long,`worker`: RustBuffer.ByValue,`overloaded`: Byte,uniffi_out_err: UniffiRustCallStatus, 
+    ): Unit
+    external fun uniffi_route_uniffi_fn_method_router_fleet_set_taints(`ptr`: Long,`worker`: RustBuffer.ByValue,`taints`: Long,uniffi_out_err: UniffiRustCallStatus, 
+    ): Unit
     external fun uniffi_route_uniffi_fn_method_router_free_request(`ptr`: Long,`id`: Long,uniffi_out_err: UniffiRustCallStatus, 
     ): Unit
     external fun uniffi_route_uniffi_fn_method_router_prefill_complete(`ptr`: Long,`id`: Long,uniffi_out_err: UniffiRustCallStatus, 
@@ -821,6 +845,10 @@ internal object UniffiLib {
     external fun uniffi_route_uniffi_fn_method_router_route(`ptr`: Long,`policy`: Long,`selector`: Long,`request`: RustBuffer.ByValue,`hashes`: RustBuffer.ByValue,`candidates`: RustBuffer.ByValue,`id`: Long,`now`: Long,uniffi_out_err: UniffiRustCallStatus, 
     ): RustBuffer.ByValue
     external fun uniffi_route_uniffi_fn_method_router_route_at(`ptr`: Long,`policy`: Long,`selector`: Long,`request`: RustBuffer.ByValue,`hashes`: RustBuffer.ByValue,`candidates`: RustBuffer.ByValue,`id`: Long,`nowMs`: Double,uniffi_out_err: UniffiRustCallStatus, 
+    ): RustBuffer.ByValue
+    external fun uniffi_route_uniffi_fn_method_router_route_fleet(`ptr`: Long,`policy`: Long,`selector`: Long,`request`: RustBuffer.ByValue,`hashes`: RustBuffer.ByValue,`id`: Long,`now`: Long,uniffi_out_err: UniffiRustCallStatus, 
+    ): RustBuffer.ByValue
+    external fun uniffi_route_uniffi_fn_method_router_route_fleet_at(`ptr`: Long,`policy`: Long,`selector`: Long,`request`: RustBuffer.ByValue,`hashes`: RustBuffer.ByValue,`id`: Long,`nowMs`: Double,uniffi_out_err: UniffiRustCallStatus, 
     ): RustBuffer.ByValue
     external fun uniffi_route_uniffi_fn_method_router_snapshot(`ptr`: Long,uniffi_out_err: UniffiRustCallStatus, 
     ): RustBuffer.ByValue
@@ -1009,6 +1037,21 @@ private fun uniffiCheckApiChecksums(lib: IntegrityCheckingUniffiLib) {
     if ((lib.uniffi_route_uniffi_checksum_method_router_counters() and 0xFFFF) != 59127) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
+    if ((lib.uniffi_route_uniffi_checksum_method_router_fleet_add() and 0xFFFF) != 4672) {
+        throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
+    }
+    if ((lib.uniffi_route_uniffi_checksum_method_router_fleet_remove() and 0xFFFF) != 38460) {
+        throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
+    }
+    if ((lib.uniffi_route_uniffi_checksum_method_router_fleet_rows() and 0xFFFF) != 25856) {
+        throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
+    }
+    if ((lib.uniffi_route_uniffi_checksum_method_router_fleet_set_overloaded() and 0xFFFF) != 46455) {
+        throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
+    }
+    if ((lib.uniffi_route_uniffi_checksum_method_router_fleet_set_taints() and 0xFFFF) != 16332) {
+        throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
+    }
     if ((lib.uniffi_route_uniffi_checksum_method_router_free_request() and 0xFFFF) != 367) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
@@ -1024,7 +1067,7 @@ private fun uniffiCheckApiChecksums(lib: IntegrityCheckingUniffiLib) {
     if ((lib.uniffi_route_uniffi_checksum_method_router_release() and 0xFFFF) != 38872) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
-    if ((lib.uniffi_route_uniffi_checksum_method_router_remove_worker() and 0xFFFF) != 58342) {
+    if ((lib.uniffi_route_uniffi_checksum_method_router_remove_worker() and 0xFFFF) != 14944) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
     if ((lib.uniffi_route_uniffi_checksum_method_router_restore() and 0xFFFF) != 62682) {
@@ -1034,6 +1077,12 @@ private fun uniffiCheckApiChecksums(lib: IntegrityCheckingUniffiLib) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
     if ((lib.uniffi_route_uniffi_checksum_method_router_route_at() and 0xFFFF) != 53257) {
+        throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
+    }
+    if ((lib.uniffi_route_uniffi_checksum_method_router_route_fleet() and 0xFFFF) != 57733) {
+        throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
+    }
+    if ((lib.uniffi_route_uniffi_checksum_method_router_route_fleet_at() and 0xFFFF) != 21754) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
     if ((lib.uniffi_route_uniffi_checksum_method_router_snapshot() and 0xFFFF) != 50682) {
@@ -2227,6 +2276,54 @@ public interface RouterInterface {
     fun `counters`(): RouterCounters
     
     /**
+     * Adds a worker to the router's fleet, the candidates [`Router::route_fleet`] routes over,
+     * with `taints` (bit `i` for taint `i`), not overloaded. Register it with
+     * [`Router::add_worker`] too, for it to be booked.
+     *
+     * # Errors
+     *
+     * `DuplicateWorker` (in the fleet already), `CapacityExceeded` (`max_workers` in it).
+     */
+    fun `fleetAdd`(`worker`: Worker, `taints`: kotlin.ULong)
+    
+    /**
+     * Takes a worker out of the fleet (its blocks and load stay).
+     *
+     * # Errors
+     *
+     * `UnknownWorker` (not in the fleet).
+     */
+    fun `fleetRemove`(`worker`: Worker)
+    
+    /**
+     * The fleet's rows, sorted by worker, with the inputs the last fleet route read: a fleet
+     * route's `row` is a position in them.
+     *
+     * # Errors
+     *
+     * `Closed` after `release`.
+     */
+    fun `fleetRows`(): List<Row>
+    
+    /**
+     * Marks a worker's row in the fleet overloaded (skipped with the overload reason) or not.
+     *
+     * # Errors
+     *
+     * `UnknownWorker` (not in the fleet).
+     */
+    fun `fleetSetOverloaded`(`worker`: Worker, `overloaded`: kotlin.Boolean)
+    
+    /**
+     * Replaces the taints of a worker's row in the fleet.
+     *
+     * # Errors
+     *
+     * `UnknownWorker` (not in the fleet).
+     */
+    fun `fleetSetTaints`(`worker`: Worker, `taints`: kotlin.ULong)
+    
+    /**
      * Frees request `id` (finished or cancelled).
      *
      * # Errors
@@ -2272,7 +2369,7 @@ public interface RouterInterface {
     fun `release`()
     
     /**
-     * Forgets a worker: its blocks leave the index and its load the ledger.
+     * Forgets a worker: its blocks leave the index, its load the ledger, and its row the fleet.
      *
      * # Errors
      *
@@ -2318,6 +2415,28 @@ public interface RouterInterface {
      * As [`Router::route`], and `InvalidArgument` for a time that is NaN, infinite or negative.
      */
     fun `routeAt`(`policy`: Policy, `selector`: Selector, `request`: Request, `hashes`: List<kotlin.ULong>, `candidates`: List<Row>, `id`: kotlin.ULong, `nowMs`: kotlin.Double): Routed
+    
+    /**
+     * [`Router::route`] over the router's fleet ([`Router::fleet_add`]) instead of candidates
+     * passed each call: each worker is looked for where it was found last time, and only the
+     * rows of workers whose load or index bit changed since the last fleet route are read
+     * again. The selection's `row` is a position in [`Router::fleet_rows`].
+     *
+     * # Errors
+     *
+     * As [`Router::route`] (`NoEndpoints` for an empty fleet).
+     */
+    fun `routeFleet`(`policy`: Policy, `selector`: Selector, `request`: Request, `hashes`: List<kotlin.ULong>, `id`: kotlin.ULong, `now`: kotlin.ULong): Selection
+    
+    /**
+     * [`Router::route_fleet`] at `now_ms`, as [`Router::route_at`] is [`Router::route`] at
+     * `now_ms`.
+     *
+     * # Errors
+     *
+     * As [`Router::route_at`].
+     */
+    fun `routeFleetAt`(`policy`: Policy, `selector`: Selector, `request`: Request, `hashes`: List<kotlin.ULong>, `id`: kotlin.ULong, `nowMs`: kotlin.Double): Selection
     
     /**
      * The router's state, its index and ledger (not approximate mode's predictions), in
@@ -2635,6 +2754,117 @@ open class Router: Disposable, AutoCloseable, RouterInterface
 
     
     /**
+     * Adds a worker to the router's fleet, the candidates [`Router::route_fleet`] routes over,
+     * with `taints` (bit `i` for taint `i`), not overloaded. Register it with
+     * [`Router::add_worker`] too, for it to be booked.
+     *
+     * # Errors
+     *
+     * `DuplicateWorker` (in the fleet already), `CapacityExceeded` (`max_workers` in it).
+     */
+    @Throws(RouteException::class)override fun `fleetAdd`(`worker`: Worker, `taints`: kotlin.ULong)
+        = 
+    callWithHandle {
+    uniffiRustCallWithError(RouteException) { _status ->
+    UniffiLib.uniffi_route_uniffi_fn_method_router_fleet_add(
+        it,
+        
+        FfiConverterTypeWorker.lower(`worker`),
+        FfiConverterULong.lower(`taints`),_status)
+}
+    }
+    
+    
+
+    
+    /**
+     * Takes a worker out of the fleet (its blocks and load stay).
+     *
+     * # Errors
+     *
+     * `UnknownWorker` (not in the fleet).
+     */
+    @Throws(RouteException::class)override fun `fleetRemove`(`worker`: Worker)
+        = 
+    callWithHandle {
+    uniffiRustCallWithError(RouteException) { _status ->
+    UniffiLib.uniffi_route_uniffi_fn_method_router_fleet_remove(
+        it,
+        
+        FfiConverterTypeWorker.lower(`worker`),_status)
+}
+    }
+    
+    
+
+    
+    /**
+     * The fleet's rows, sorted by worker, with the inputs the last fleet route read: a fleet
+     * route's `row` is a position in them.
+     *
+     * # Errors
+     *
+     * `Closed` after `release`.
+     */
+    @Throws(RouteException::class)override fun `fleetRows`(): List<Row> {
+            return FfiConverterSequenceTypeRow.lift(
+    callWithHandle {
+    uniffiRustCallWithError(RouteException) { _status ->
+    UniffiLib.uniffi_route_uniffi_fn_method_router_fleet_rows(
+        it,
+        _status)
+}
+    }
+    )
+    }
+    
+
+    
+    /**
+     * Marks a worker's row in the fleet overloaded (skipped with the overload reason) or not.
+     *
+     * # Errors
+     *
+     * `UnknownWorker` (not in the fleet).
+     */
+    @Throws(RouteException::class)override fun `fleetSetOverloaded`(`worker`: Worker, `overloaded`: kotlin.Boolean)
+        = 
+    callWithHandle {
+    uniffiRustCallWithError(RouteException) { _status ->
+    UniffiLib.uniffi_route_uniffi_fn_method_router_fleet_set_overloaded(
+        it,
+        
+        FfiConverterTypeWorker.lower(`worker`),
+        FfiConverterBoolean.lower(`overloaded`),_status)
+}
+    }
+    
+    
+
+    
+    /**
+     * Replaces the taints of a worker's row in the fleet.
+     *
+     * # Errors
+     *
+     * `UnknownWorker` (not in the fleet).
+     */
+    @Throws(RouteException::class)override fun `fleetSetTaints`(`worker`: Worker, `taints`: kotlin.ULong)
+        = 
+    callWithHandle {
+    uniffiRustCallWithError(RouteException) { _status ->
+    UniffiLib.uniffi_route_uniffi_fn_method_router_fleet_set_taints(
+        it,
+        
+        FfiConverterTypeWorker.lower(`worker`),
+        FfiConverterULong.lower(`taints`),_status)
+}
+    }
+    
+    
+
+    
+    /**
      * Frees request `id` (finished or cancelled).
      *
      * # Errors
@@ -2740,7 +2970,7 @@ open class Router: Disposable, AutoCloseable, RouterInterface
 
     
     /**
-     * Forgets a worker: its blocks leave the index and its load the ledger.
+     * Forgets a worker: its blocks leave the index, its load the ledger, and its row the fleet.
      *
      * # Errors
      *
@@ -2840,6 +3070,64 @@ open class Router: Disposable, AutoCloseable, RouterInterface
         FfiConverterTypeRequest.lower(`request`),
         FfiConverterSequenceULong.lower(`hashes`),
         FfiConverterSequenceTypeRow.lower(`candidates`),
+        FfiConverterULong.lower(`id`),
+        FfiConverterDouble.lower(`nowMs`),_status)
+}
+    }
+    )
+    }
+    
+
+    
+    /**
+     * [`Router::route`] over the router's fleet ([`Router::fleet_add`]) instead of candidates
+     * passed each call: each worker is looked for where it was found last time, and only the
+     * rows of workers whose load or index bit changed since the last fleet route are read
+     * again. The selection's `row` is a position in [`Router::fleet_rows`].
+     *
+     * # Errors
+     *
+     * As [`Router::route`] (`NoEndpoints` for an empty fleet).
+     */
+    @Throws(RouteException::class)override fun `routeFleet`(`policy`: Policy, `selector`: Selector, `request`: Request, `hashes`: List<kotlin.ULong>, `id`: kotlin.ULong, `now`: kotlin.ULong): Selection {
+            return FfiConverterTypeSelection.lift(
+    callWithHandle {
+    uniffiRustCallWithError(RouteException) { _status ->
+    UniffiLib.uniffi_route_uniffi_fn_method_router_route_fleet(
+        it,
+        
+        FfiConverterTypePolicy.lower(`policy`),
+        FfiConverterTypeSelector.lower(`selector`),
+        FfiConverterTypeRequest.lower(`request`),
+        FfiConverterSequenceULong.lower(`hashes`),
+        FfiConverterULong.lower(`id`),
+        FfiConverterULong.lower(`now`),_status)
+}
+    }
+    )
+    }
+    
+
+    
+    /**
+     * [`Router::route_fleet`] at `now_ms`, as [`Router::route_at`] is [`Router::route`] at
+     * `now_ms`.
+     *
+     * # Errors
+     *
+     * As [`Router::route_at`].
+     */
+    @Throws(RouteException::class)override fun `routeFleetAt`(`policy`: Policy, `selector`: Selector, `request`: Request, `hashes`: List<kotlin.ULong>, `id`: kotlin.ULong, `nowMs`: kotlin.Double): Selection {
+            return FfiConverterTypeSelection.lift(
+    callWithHandle {
+    uniffiRustCallWithError(RouteException) { _status ->
+    UniffiLib.uniffi_route_uniffi_fn_method_router_route_fleet_at(
+        it,
+        
+        FfiConverterTypePolicy.lower(`policy`),
+        FfiConverterTypeSelector.lower(`selector`),
+        FfiConverterTypeRequest.lower(`request`),
+        FfiConverterSequenceULong.lower(`hashes`),
         FfiConverterULong.lower(`id`),
         FfiConverterDouble.lower(`nowMs`),_status)
 }

@@ -137,6 +137,40 @@ class RouterTest {
     }
 
     @Test
+    fun theFleetRoutesAsCandidatesDo() {
+        val overRows = Router(RouterConfig(blockSlots = 64uL, requestSlots = 64uL))
+        val overFleet = Router(RouterConfig(blockSlots = 64uL, requestSlots = 64uL))
+        val policy = Policy("{}")
+        val (selA, selB) = Pair(Selector(16u, 3uL), Selector(16u, 3uL))
+        assertThrows<RouteException.NoEndpoints> { overFleet.routeFleet(policy, selB, request, listOf(), 1uL, 0uL) }
+        val hashes = listOf(1uL, 2uL, 3uL, 4uL)
+        var rows = (0uL until 4uL).map { Row(Worker(it)) }
+        // Added out of order: the fleet keeps its rows sorted by worker, as the candidates are.
+        for (w in listOf(2uL, 0uL, 3uL, 1uL)) {
+            for (r in listOf(overRows, overFleet)) {
+                r.addWorker(Worker(w))
+                r.applyKvEvents(listOf(KvEvent.Stored(Worker(w), Tier.DEVICE, hashes.take(w.toInt() + 1))))
+            }
+            overFleet.fleetAdd(Worker(w), 0uL)
+        }
+        for (id in 1uL..12uL) {
+            if (id == 6uL) {
+                rows = rows.mapIndexed { i, row -> if (i == 3) row.copy(overloaded = true) else row }
+                overFleet.fleetSetOverloaded(Worker(3uL), true)
+            }
+            val prompt = hashes.take((id % 4uL).toInt() + 1)
+            val routed = overRows.route(policy, selA, request, prompt, rows, id, 0uL)
+            rows = routed.rows
+            assertEquals(routed.selection, overFleet.routeFleet(policy, selB, request, prompt, id, 0uL))
+        }
+        assertEquals(rows, overFleet.fleetRows())
+        assertThrows<RouteException.DuplicateWorker> { overFleet.fleetAdd(Worker(1uL), 0uL) }
+        assertThrows<RouteException.UnknownWorker> { overFleet.fleetSetTaints(Worker(9uL), 1uL) }
+        overFleet.fleetRemove(Worker(1uL))
+        assertEquals(3, overFleet.fleetRows().size)
+    }
+
+    @Test
     fun badRouterConfigNamesTheField() {
         val e = assertThrows<RouteException.InvalidArgument> {
             Router(RouterConfig(blockSlots = 100uL, requestSlots = 64uL))
