@@ -1,5 +1,6 @@
 //! Zero heap allocations per warm selection through the C ABI (counted per thread), on the
-//! success path at 1,024 candidates, with and without contributions and callbacks.
+//! success path at 1,024 candidates, with and without contributions and callbacks; and per warm
+//! route of the C ABI's router, over the caller's rows and over its fleet, with predictions.
 
 // Why: a counting global allocator and calls into the C ABI are both unsafe.
 #![allow(unsafe_code)]
@@ -181,4 +182,152 @@ fn the_counter_sees_allocations() {
     let before = ALLOCATIONS.with(Cell::get);
     std::hint::black_box(vec![0u8; 32]);
     assert_eq!(ALLOCATIONS.with(Cell::get) - before, 1);
+}
+
+#[test]
+#[allow(
+    clippy::too_many_lines,
+    reason = "setup of a router with KV events and a fleet, then the measurement"
+)]
+fn warm_router_routes_do_not_allocate() {
+    let iterations: u64 = if cfg!(miri) { 10 } else { 2_000 };
+    let config = libroute_router_config {
+        block_slots: 1024,
+        max_workers: 64,
+        request_slots: 64,
+        tombstones: 16,
+        prediction_slots: 256,
+        prediction_ttl: 4,
+        host_weight: 0.75,
+        disk_weight: 0.25,
+    };
+    let request = libroute_request {
+        prompt_tokens: 128,
+        block_size: 16,
+        role: 2,
+        track_prefill_tokens: 1,
+        conditional_disagg: 0,
+        has_tier_matches: 1,
+        has_pin: 0,
+        has_shared_hits: 0,
+        pin: libroute_worker {
+            worker_id: 0,
+            dp_rank: 0,
+        },
+        required_taints: 0,
+        preferred_taints: ptr::null(),
+        preferred_taints_len: 0,
+        shared_hits: ptr::null(),
+        shared_hits_len: 0,
+        has_session: 0,
+        session: 0,
+    };
+    let hashes: Vec<u64> = (1..=8).collect();
+    let worker = |w: u64| libroute_worker {
+        worker_id: w,
+        dp_rank: 0,
+    };
+    let mut rows: Vec<libroute_row> = (0..64u64)
+        .map(|w| libroute_row {
+            worker: worker(w),
+            taints: 0,
+            flags: 0,
+            device_blocks: 0,
+            host_blocks: 0,
+            disk_blocks: 0,
+            effective_blocks: 0.0,
+            effective_tokens: 0,
+            active_prefill_tokens: 0,
+            active_decode_blocks: 0,
+            active_requests: 0,
+            base_ms: 0.0,
+            ms_per_prefill_token: 0.0,
+            ms_per_active_request: 0.0,
+        })
+        .collect();
+    let (mut router, mut policy, mut selector) =
+        (ptr::null_mut(), ptr::null_mut(), ptr::null_mut());
+    // SAFETY: plain data.
+    let mut out: libroute_selection = unsafe { std::mem::zeroed() };
+    // SAFETY: valid configs, out-pointers and arrays; live handles throughout.
+    unsafe {
+        assert_eq!(
+            libroute_router_new(&raw const config, &raw mut router),
+            libroute_status::Ok
+        );
+        assert_eq!(
+            libroute_policy_new_default(&raw mut policy),
+            libroute_status::Ok
+        );
+        assert_eq!(
+            libroute_selector_new(64, 1, &raw mut selector),
+            libroute_status::Ok
+        );
+        for w in 0..64u64 {
+            assert_eq!(
+                libroute_router_add_worker(router, worker(w)),
+                libroute_status::Ok
+            );
+            assert_eq!(
+                libroute_router_fleet_add(router, worker(w), 0),
+                libroute_status::Ok
+            );
+            let event = libroute_kv_event {
+                kind: libroute_kv_kind::Stored as u32,
+                worker: worker(w),
+                tier: u32::try_from(w % 3).unwrap(),
+                hashes: hashes.as_ptr(),
+                hashes_len: usize::try_from(w % 8 + 1).unwrap(),
+            };
+            assert_eq!(
+                libroute_router_apply_kv_events(router, &raw const event, 1),
+                libroute_status::Ok
+            );
+        }
+        let mut route = |id: u64, fleet: bool| {
+            let len = usize::try_from(id % 8 + 1).unwrap();
+            let rc = if fleet {
+                libroute_router_route_fleet(
+                    router,
+                    policy,
+                    selector,
+                    &raw const request,
+                    hashes.as_ptr(),
+                    len,
+                    id,
+                    id,
+                    &raw mut out,
+                )
+            } else {
+                libroute_router_route(
+                    router,
+                    policy,
+                    selector,
+                    &raw const request,
+                    hashes.as_ptr(),
+                    len,
+                    rows.as_mut_ptr(),
+                    rows.len(),
+                    id,
+                    id,
+                    &raw mut out,
+                )
+            };
+            assert_eq!(rc, libroute_status::Ok);
+            assert_eq!(
+                libroute_router_free_request(router, id),
+                libroute_status::Ok
+            );
+        };
+        route(1, false);
+        route(2, true);
+        let before = ALLOCATIONS.with(Cell::get);
+        for id in 3..3 + iterations {
+            route(id, id % 2 == 0);
+        }
+        assert_eq!(ALLOCATIONS.with(Cell::get) - before, 0);
+        libroute_router_free(router);
+        libroute_selector_free(selector);
+        libroute_policy_free(policy);
+    }
 }
