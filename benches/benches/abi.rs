@@ -11,7 +11,7 @@ use std::hint::black_box;
 use std::ptr;
 
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
-use libroute_benches::bench_fleet;
+use libroute_benches::{bench_fleet, router_prompts};
 use libroute_core::{DefaultKnobs, Request, Row, Selector, WorkerKey};
 use route::{
     libroute_kv_event, libroute_kv_kind, libroute_policy, libroute_policy_free,
@@ -178,13 +178,7 @@ fn c_router(workers: u64, prompts: &[Vec<u64>]) -> *mut libroute_router {
 fn router(c: &mut Criterion) {
     let mut group = c.benchmark_group("router");
     let workers = 1024u64;
-    let prompts: Vec<Vec<u64>> = (0..64u64)
-        .map(|p| {
-            (0..128)
-                .map(|b| (p % 8) * 10_000 + (p / 8) * 100 + b)
-                .collect()
-        })
-        .collect();
+    let prompts = router_prompts();
     let c_router = c_router(workers, &prompts);
     let mut c_policy = ptr::null_mut();
     let mut c_selector = ptr::null_mut();

@@ -4,6 +4,7 @@
 use std::hint::black_box;
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
+use libroute_benches::router_prompts;
 use libroute_core::{
     BlockSlot, DefaultKnobs, Fleet, FleetPlace, KvEvent, Ledger, LoadSlot, Overlaps, Place,
     PrefixIndex, Request, RequestSlot, Router, Row, Selector, TaintSet, Tier, WorkerKey,
@@ -130,13 +131,7 @@ macro_rules! route_bench {
         )
         .unwrap();
         let mut router = Router::new(index, ledger, 0.75, 0.25);
-        let prompts: Vec<Vec<u64>> = (0..64u64)
-            .map(|p| {
-                (0..128)
-                    .map(|b| (p % 8) * 10_000 + (p / 8) * 100 + b)
-                    .collect()
-            })
-            .collect();
+        let prompts = router_prompts();
         for w in 0..workers {
             router.ledger.add_worker(WorkerKey::new(w, 0)).unwrap();
             let prompt = &prompts[usize::try_from(w % 64).unwrap()];

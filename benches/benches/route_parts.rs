@@ -9,6 +9,7 @@
 use std::hint::black_box;
 
 use criterion::{Criterion, criterion_group, criterion_main};
+use libroute_benches::router_prompts;
 use libroute_core::{
     BlockSlot, Cache, DefaultKnobs, KvEvent, Ledger, LoadSlot, Overlaps, PrefixIndex, Request,
     RequestSlot, Row, Selector, Tier, WorkerKey, WorkerSlot,
@@ -29,13 +30,7 @@ fn parts(c: &mut Criterion) {
         vec![0u64; 64],
     )
     .unwrap();
-    let prompts: Vec<Vec<u64>> = (0..64u64)
-        .map(|p| {
-            (0..128)
-                .map(|b| (p % 8) * 10_000 + (p / 8) * 100 + b)
-                .collect()
-        })
-        .collect();
+    let prompts = router_prompts();
     for w in 0..WORKERS {
         ledger.add_worker(WorkerKey::new(w, 0)).unwrap();
         index

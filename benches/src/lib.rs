@@ -99,3 +99,17 @@ pub const MIXED_PREFERRED: [PreferredTaint; 2] = [
         weight: -0.25,
     },
 ];
+
+/// The router benchmarks' 64 prompts of 128 block hashes, `(p % 8) * 10_000 + (p / 8) * 100 + b`
+/// for block `b` of prompt `p`: no two prompts share any of their first 64 blocks, which is what
+/// the benchmarks' workers hold (worker `w` the first 64 of prompt `w % 64`).
+#[must_use]
+pub fn router_prompts() -> Vec<Vec<u64>> {
+    (0..64u64)
+        .map(|p| {
+            (0..128)
+                .map(|b| (p % 8) * 10_000 + (p / 8) * 100 + b)
+                .collect()
+        })
+        .collect()
+}

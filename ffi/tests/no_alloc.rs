@@ -58,6 +58,40 @@ unsafe extern "C" fn per_request(
     0
 }
 
+/// An aggregated request of `prompt_tokens` in 16-token blocks with tier matches, requiring
+/// `required_taints` and preferring `preferred` (which must outlive its use).
+fn request(
+    prompt_tokens: u64,
+    required_taints: u64,
+    preferred: &[libroute_preferred_taint],
+) -> libroute_request {
+    libroute_request {
+        prompt_tokens,
+        block_size: 16,
+        role: 2,
+        track_prefill_tokens: 1,
+        conditional_disagg: 0,
+        has_tier_matches: 1,
+        has_pin: 0,
+        has_shared_hits: 0,
+        pin: libroute_worker {
+            worker_id: 0,
+            dp_rank: 0,
+        },
+        required_taints,
+        preferred_taints: if preferred.is_empty() {
+            ptr::null()
+        } else {
+            preferred.as_ptr()
+        },
+        preferred_taints_len: preferred.len(),
+        shared_hits: ptr::null(),
+        shared_hits_len: 0,
+        has_session: 0,
+        session: 0,
+    }
+}
+
 #[test]
 #[allow(
     clippy::too_many_lines,
@@ -90,27 +124,7 @@ fn warm_abi_selections_do_not_allocate() {
         taint: 0,
         weight: 0.5,
     }];
-    let request = libroute_request {
-        prompt_tokens: 2048,
-        block_size: 16,
-        role: 2,
-        track_prefill_tokens: 1,
-        conditional_disagg: 0,
-        has_tier_matches: 1,
-        has_pin: 0,
-        has_shared_hits: 0,
-        pin: libroute_worker {
-            worker_id: 0,
-            dp_rank: 0,
-        },
-        required_taints: 1,
-        preferred_taints: preferred.as_ptr(),
-        preferred_taints_len: 1,
-        shared_hits: ptr::null(),
-        shared_hits_len: 0,
-        has_session: 0,
-        session: 0,
-    };
+    let request = request(2048, 1, &preferred);
     let scorer = libroute_scorer {
         callback: Some(per_request),
         user_data: ptr::null_mut(),
@@ -201,27 +215,7 @@ fn warm_router_routes_do_not_allocate() {
         host_weight: 0.75,
         disk_weight: 0.25,
     };
-    let request = libroute_request {
-        prompt_tokens: 128,
-        block_size: 16,
-        role: 2,
-        track_prefill_tokens: 1,
-        conditional_disagg: 0,
-        has_tier_matches: 1,
-        has_pin: 0,
-        has_shared_hits: 0,
-        pin: libroute_worker {
-            worker_id: 0,
-            dp_rank: 0,
-        },
-        required_taints: 0,
-        preferred_taints: ptr::null(),
-        preferred_taints_len: 0,
-        shared_hits: ptr::null(),
-        shared_hits_len: 0,
-        has_session: 0,
-        session: 0,
-    };
+    let request = request(128, 0, &[]);
     let hashes: Vec<u64> = (1..=8).collect();
     let worker = |w: u64| libroute_worker {
         worker_id: w,
