@@ -486,7 +486,7 @@ impl Router {
                 &mut selector.inner,
                 core_request,
                 hashes,
-                (rows, places),
+                Candidates::Rows(rows, places),
                 id,
                 now,
             ))
@@ -520,14 +520,14 @@ impl Router {
             ..
         } = self;
         let result = with_core_request(request, |core_request| {
-            with_router!(router, x => route_fleet_any(
+            with_router!(router, x => route_any(
                 x,
                 predictions.as_mut(),
-                fleet,
                 policy,
                 &mut selector.inner,
                 core_request,
                 hashes,
+                Candidates::Fleet(fleet),
                 id,
                 now,
             ))
@@ -662,48 +662,14 @@ fn routed(
     }
 }
 
-/// [`route_any`] over the router's fleet.
-#[allow(clippy::too_many_arguments, reason = "the route's inputs")]
-fn route_fleet_any<const W: usize>(
-    router: &mut CoreRouter<W>,
-    predictions: Option<&mut CorePredictions>,
-    fleet: &mut CoreFleet,
-    policy: &Policy,
-    selector: &mut AnySelector,
-    request: &libroute_core::Request<'_>,
-    hashes: &[u64],
-    id: u64,
-    now: Clock,
-) -> Result<libroute_core::Selection, RouteError> {
-    let now = match now {
-        Clock::Units(now) => now,
-        Clock::Ms(now_ms) => {
-            return with_selector!(selector, s => match &policy.kind {
-                Kind::Default(p) => router.route_fleet_at(predictions, fleet, p, s, request, hashes, id, now_ms),
-                Kind::Composed(p) => router.route_fleet_at(predictions, fleet, p, s, request, hashes, id, now_ms),
-                Kind::Catalog(p) => router.route_fleet_at(predictions, fleet, p, s, request, hashes, id, now_ms),
-            });
-        }
-    };
-    macro_rules! go {
-        ($s:expr, $p:expr) => {
-            match predictions {
-                Some(pr) => {
-                    router.route_fleet_predicting(pr, fleet, $p, $s, request, hashes, id, now)
-                }
-                None => router.route_fleet(fleet, $p, $s, request, hashes, id),
-            }
-        };
-    }
-    with_selector!(selector, s => match &policy.kind {
-        Kind::Default(p) => go!(s, p),
-        Kind::Composed(p) => go!(s, p),
-        Kind::Catalog(p) => go!(s, p),
-    })
+/// Where a route finds its candidates: the caller's rows (with the places the router keeps for
+/// them) or the router's fleet.
+enum Candidates<'a> {
+    Rows(&'a mut [Row], &'a mut [Place]),
+    Fleet(&'a mut CoreFleet),
 }
 
-/// The route over `rows`: the core router's call for the clock, the predictions and the
-/// policy's kind.
+/// The core router's call for the candidates, the clock, the predictions and the policy's kind.
 #[allow(clippy::too_many_arguments, reason = "the route's inputs, forwarded")]
 fn route_any<const W: usize>(
     router: &mut CoreRouter<W>,
@@ -712,26 +678,39 @@ fn route_any<const W: usize>(
     selector: &mut AnySelector,
     request: &libroute_core::Request<'_>,
     hashes: &[u64],
-    (rows, places): (&mut [Row], &mut [Place]),
+    candidates: Candidates<'_>,
     id: u64,
     now: Clock,
 ) -> Result<libroute_core::Selection, RouteError> {
-    let now = match now {
-        Clock::Units(now) => now,
-        Clock::Ms(now_ms) => {
-            return with_selector!(selector, s => match &policy.kind {
-                Kind::Default(p) => router.route_placed_at(predictions, p, s, request, hashes, rows, places, id, now_ms),
-                Kind::Composed(p) => router.route_placed_at(predictions, p, s, request, hashes, rows, places, id, now_ms),
-                Kind::Catalog(p) => router.route_placed_at(predictions, p, s, request, hashes, rows, places, id, now_ms),
-            });
-        }
-    };
     macro_rules! go {
         ($s:expr, $p:expr) => {
-            match predictions {
-                Some(pr) => router
+            match (candidates, now, predictions) {
+                (Candidates::Rows(rows, places), Clock::Ms(now_ms), predictions) => router
+                    .route_placed_at(
+                        predictions,
+                        $p,
+                        $s,
+                        request,
+                        hashes,
+                        rows,
+                        places,
+                        id,
+                        now_ms,
+                    ),
+                (Candidates::Rows(rows, places), Clock::Units(now), Some(pr)) => router
                     .route_predicting_placed(pr, $p, $s, request, hashes, rows, places, id, now),
-                None => router.route_placed($p, $s, request, hashes, rows, places, id),
+                (Candidates::Rows(rows, places), Clock::Units(_), None) => {
+                    router.route_placed($p, $s, request, hashes, rows, places, id)
+                }
+                (Candidates::Fleet(fleet), Clock::Ms(now_ms), predictions) => {
+                    router.route_fleet_at(predictions, fleet, $p, $s, request, hashes, id, now_ms)
+                }
+                (Candidates::Fleet(fleet), Clock::Units(now), Some(pr)) => {
+                    router.route_fleet_predicting(pr, fleet, $p, $s, request, hashes, id, now)
+                }
+                (Candidates::Fleet(fleet), Clock::Units(_), None) => {
+                    router.route_fleet(fleet, $p, $s, request, hashes, id)
+                }
             }
         };
     }
