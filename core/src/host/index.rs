@@ -676,6 +676,9 @@ where
         // The blocks are found a chunk at a time: the finds are independent, so their cache
         // misses overlap instead of each waiting behind the counting of the block before.
         let mut found = [None; FIND_AHEAD];
+        // Overwritten whole by each block (`host` and `disk` only by blocks held beyond device
+        // memory, the only ones that read them), so not cleared per block.
+        let (mut next, mut host, mut disk) = ([0; WORDS], [0; WORDS], [0; WORDS]);
         for n in 0..hashes.len() {
             let ahead = n % FIND_AHEAD;
             if ahead == 0 {
@@ -687,8 +690,10 @@ where
                 break;
             };
             let BlockEntry { held, rows, .. } = self.blocks.value(i);
-            let (mut any, mut real) = (0, 0);
-            let (mut next, mut host, mut disk) = ([0; WORDS], [0; WORDS], [0; WORDS]);
+            // `gone`: some worker holding every block so far does not hold this one. Gathered
+            // in the same branch-free loop, so the loop that records who dropped out (a branch
+            // per word) runs only for the few blocks where someone did.
+            let (mut any, mut real, mut gone) = (0, 0, 0);
             let device_only = *rows == 1;
             if device_only {
                 // Held in device memory only (the common case): the other rows are zeros, so
@@ -696,6 +701,7 @@ where
                 for w in 0..WORDS {
                     real |= held[0][w];
                     next[w] = active[w] & held[0][w];
+                    gone |= active[w] ^ next[w];
                     any |= next[w];
                 }
             } else {
@@ -707,6 +713,7 @@ where
                     next[w] = active[w] & (fast | held[1][w] | held[2][w]);
                     host[w] = next[w] & held[1][w] & !fast;
                     disk[w] = next[w] & held[2][w] & !fast & !held[1][w];
+                    gone |= active[w] ^ next[w];
                     any |= next[w];
                 }
             }
@@ -714,7 +721,7 @@ where
                 // Tier matches come from KV events only, not from predictions. Workers without
                 // the first block keep the count 0 they start with.
                 out.has_tier_matches = real != 0;
-            } else {
+            } else if gone != 0 {
                 for w in 0..WORDS {
                     let dropped = active[w] & !next[w];
                     if dropped != 0 {
