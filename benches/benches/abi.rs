@@ -203,64 +203,57 @@ fn router(c: &mut Criterion) {
     // SAFETY: `libroute_selection` is plain data.
     let mut out: libroute_selection = unsafe { std::mem::zeroed() };
     let mut id = 0u64;
-    group.bench_function(BenchmarkId::new("c-abi/query+select+book", workers), |b| {
-        b.iter(|| {
-            id += 1;
-            let prompt = &prompts[usize::try_from(id % 64).unwrap()];
-            // SAFETY: live handles, a valid request, the prompt's hashes, `workers` rows and an
-            // out-pointer.
-            unsafe {
-                let rc = libroute_router_route(
-                    c_router,
-                    c_policy,
-                    c_selector,
-                    &raw const request,
-                    black_box(prompt.as_ptr()),
-                    prompt.len(),
-                    c_rows,
-                    rows_len,
-                    id,
-                    0,
-                    &raw mut out,
-                );
-                assert_eq!(rc, libroute_status::Ok);
-                assert_eq!(
-                    libroute_router_free_request(c_router, id),
-                    libroute_status::Ok
-                );
-            }
-            black_box(out.row)
-        });
-    });
-    group.bench_function(
-        BenchmarkId::new("c-abi/fleet/query+select+book", workers),
-        |b| {
-            b.iter(|| {
-                id += 1;
-                let prompt = &prompts[usize::try_from(id % 64).unwrap()];
-                // SAFETY: live handles, a valid request, the prompt's hashes and an out-pointer.
-                unsafe {
-                    let rc = libroute_router_route_fleet(
-                        c_router,
-                        c_policy,
-                        c_selector,
-                        &raw const request,
-                        black_box(prompt.as_ptr()),
-                        prompt.len(),
-                        id,
-                        0,
-                        &raw mut out,
-                    );
-                    assert_eq!(rc, libroute_status::Ok);
-                    assert_eq!(
-                        libroute_router_free_request(c_router, id),
-                        libroute_status::Ok
-                    );
-                }
-                black_box(out.row)
+    // One route of the next prompt with `route` (given the prompt and the request id), then
+    // the request freed, so the loads stay as they were.
+    let mut bench =
+        |name: &str, route: &dyn Fn(&[u64], u64, &mut libroute_selection) -> libroute_status| {
+            group.bench_function(BenchmarkId::new(name, workers), |b| {
+                b.iter(|| {
+                    id += 1;
+                    let prompt = &prompts[usize::try_from(id % 64).unwrap()];
+                    assert_eq!(route(black_box(prompt), id, &mut out), libroute_status::Ok);
+                    // SAFETY: a live handle.
+                    let freed = unsafe { libroute_router_free_request(c_router, id) };
+                    assert_eq!(freed, libroute_status::Ok);
+                    black_box(out.row)
+                });
             });
-        },
-    );
+        };
+    bench("c-abi/query+select+book", &|prompt, id, out| {
+        // SAFETY: live handles, a valid request, the prompt's hashes, `workers` rows and an
+        // out-pointer.
+        unsafe {
+            libroute_router_route(
+                c_router,
+                c_policy,
+                c_selector,
+                &raw const request,
+                prompt.as_ptr(),
+                prompt.len(),
+                c_rows,
+                rows_len,
+                id,
+                0,
+                out,
+            )
+        }
+    });
+    bench("c-abi/fleet/query+select+book", &|prompt, id, out| {
+        // SAFETY: live handles, a valid request, the prompt's hashes and an out-pointer.
+        unsafe {
+            libroute_router_route_fleet(
+                c_router,
+                c_policy,
+                c_selector,
+                &raw const request,
+                prompt.as_ptr(),
+                prompt.len(),
+                id,
+                0,
+                out,
+            )
+        }
+    });
     group.finish();
     // SAFETY: live handles, freed once.
     unsafe {
