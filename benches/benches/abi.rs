@@ -59,12 +59,8 @@ fn c_request(has_tier_matches: u8) -> libroute_request {
     }
 }
 
-fn abi(c: &mut Criterion) {
-    let mut group = c.benchmark_group("abi");
-    let policy = DefaultKnobs::default().build().unwrap();
-    let mut selector = Box::new(Selector::<4096>::new());
-    let request = Request::new(2048, 16);
-    let c_request = c_request(0);
+/// The C ABI's default policy and an unseeded selector of `capacity` rows.
+fn c_default(capacity: usize) -> (*mut libroute_policy, *mut libroute_selector) {
     let mut c_policy = ptr::null_mut();
     let mut c_selector = ptr::null_mut();
     // SAFETY: valid out-pointers.
@@ -74,10 +70,20 @@ fn abi(c: &mut Criterion) {
             libroute_status::Ok
         );
         assert_eq!(
-            libroute_selector_new(4096, 0, &raw mut c_selector),
+            libroute_selector_new(capacity, 0, &raw mut c_selector),
             libroute_status::Ok
         );
     }
+    (c_policy, c_selector)
+}
+
+fn abi(c: &mut Criterion) {
+    let mut group = c.benchmark_group("abi");
+    let policy = DefaultKnobs::default().build().unwrap();
+    let mut selector = Box::new(Selector::<4096>::new());
+    let request = Request::new(2048, 16);
+    let c_request = c_request(0);
+    let (c_policy, c_selector) = c_default(4096);
     let select: SelectFn = black_box(libroute_select);
     for n in [64u64, 1024] {
         let rows = bench_fleet(n);
@@ -180,19 +186,7 @@ fn router(c: &mut Criterion) {
     let workers = 1024u64;
     let prompts = router_prompts();
     let c_router = c_router(workers, &prompts);
-    let mut c_policy = ptr::null_mut();
-    let mut c_selector = ptr::null_mut();
-    // SAFETY: valid out-pointers.
-    unsafe {
-        assert_eq!(
-            libroute_policy_new_default(&raw mut c_policy),
-            libroute_status::Ok
-        );
-        assert_eq!(
-            libroute_selector_new(1024, 0, &raw mut c_selector),
-            libroute_status::Ok
-        );
-    }
+    let (c_policy, c_selector) = c_default(1024);
     let request = c_request(1);
     let mut rows: Vec<Row> = (0..workers)
         .map(|w| Row::new(WorkerKey::new(w, 0)))
