@@ -693,13 +693,12 @@ where
             // `gone`: some worker holding every block so far does not hold this one. Gathered
             // in the same branch-free loop, so the loop that records who dropped out (a branch
             // per word) runs only for the few blocks where someone did.
-            let (mut any, mut real, mut gone) = (0, 0, 0);
+            let (mut any, mut gone) = (0, 0);
             let device_only = *rows == 1;
             if device_only {
                 // Held in device memory only (the common case): the other rows are zeros, so
                 // the loop below reduces to this one, which reads one row instead of four.
                 for w in 0..WORDS {
-                    real |= held[0][w];
                     next[w] = active[w] & held[0][w];
                     gone |= active[w] ^ next[w];
                     any |= next[w];
@@ -709,7 +708,6 @@ where
                     // A prediction (row 3) counts as device memory: the router sent the prefix
                     // there.
                     let fast = held[0][w] | held[3][w];
-                    real |= held[0][w] | held[1][w] | held[2][w];
                     next[w] = active[w] & (fast | held[1][w] | held[2][w]);
                     host[w] = next[w] & held[1][w] & !fast;
                     disk[w] = next[w] & held[2][w] & !fast & !held[1][w];
@@ -720,6 +718,8 @@ where
             if n == 0 {
                 // Tier matches come from KV events only, not from predictions. Workers without
                 // the first block keep the count 0 they start with.
+                let real =
+                    (0..WORDS).fold(0, |real, w| real | held[0][w] | held[1][w] | held[2][w]);
                 out.has_tier_matches = real != 0;
             } else if gone != 0 {
                 for w in 0..WORDS {
