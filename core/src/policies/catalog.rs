@@ -89,7 +89,8 @@ impl Scorer for LeastLoaded {
     }
 
     /// Admission and the load in one pass: the same costs as [`LeastLoaded::score`] over the
-    /// admitted rows, in host order.
+    /// admitted rows, in host order. The metric is matched once, outside the loop, so each
+    /// row's cost is one field read under a mask, with no branch per row.
     fn score_all_rows(
         &self,
         request: &RequestView<'_>,
@@ -97,11 +98,34 @@ impl Scorer for LeastLoaded {
         order: &mut [u32],
         costs: &mut [f64],
     ) -> Option<usize> {
-        let metric = self.metric;
-        one_pass(request, rows, order, costs, |row, _| {
-            as_cost(metric.of(row.load()))
-        })
+        match self.metric {
+            LoadMetric::PrefillTokens => {
+                least_load_pass(request, rows, order, costs, |row| row.active_prefill_tokens)
+            }
+            LoadMetric::ActiveBlocks => {
+                least_load_pass(request, rows, order, costs, |row| row.active_decode_blocks)
+            }
+            LoadMetric::ActiveRequests => {
+                least_load_pass(request, rows, order, costs, |row| row.active_requests)
+            }
+        }
     }
+}
+
+/// [`LeastLoaded::score_all_rows`] for one load figure, read by `figure` (a field of the row):
+/// instantiated per metric, so the loop has no branch on the metric.
+fn least_load_pass(
+    request: &RequestView<'_>,
+    rows: &[Row],
+    order: &mut [u32],
+    costs: &mut [f64],
+    figure: impl Fn(&Row) -> u64,
+) -> Option<usize> {
+    one_pass(request, rows, order, costs, |row, _| {
+        // `Row::load`'s zeros for a row without a load projection, as a mask.
+        let has = 0u64.wrapping_sub(u64::from(row.flags.contains(RowFlags::HAS_LOAD)));
+        as_cost(figure(row) & has)
+    })
 }
 
 /// Steps 1 to 3 in one pass for a catalog scorer ([`Scorer::score_all_rows`]): the engine's
