@@ -914,31 +914,10 @@ impl Picker for DefaultPicker {
     ) -> Result<Pick, ComponentError> {
         let costs = input.costs;
         if self.temperature == 0.0 {
-            let mut best = 0;
-            let mut best_cost = f64::INFINITY;
-            let mut ties: u64 = 0;
-            for (c, chunk) in costs.chunks(PICK_CHUNK).enumerate() {
-                // A chunk whose every cost exceeds the best so far can neither lower it nor tie
-                // it, so it changes nothing and draws nothing: skip it after a branch-free min.
-                if chunk_min(chunk) > best_cost {
-                    continue;
-                }
-                for (j, &cost) in chunk.iter().enumerate() {
-                    if cost < best_cost {
-                        best = c * PICK_CHUNK + j;
-                        best_cost = cost;
-                        ties = 1;
-                    } else if cost == best_cost {
-                        ties += 1;
-                        if rng::index(rng, ties) == 0 {
-                            best = c * PICK_CHUNK + j;
-                        }
-                    }
-                }
-            }
+            let (index, ties) = min_cost_index(costs, rng);
             #[allow(clippy::cast_possible_truncation, reason = "ties <= rows <= u32::MAX")]
             return Ok(Pick {
-                index: best,
+                index,
                 reason: PickReason::MinCost { ties: ties as u32 },
             });
         }
@@ -949,6 +928,64 @@ impl Picker for DefaultPicker {
         })
     }
 }
+
+/// The minimum-cost pick: the first least cost (NaN ignored), each later cost equal to the
+/// least so far replacing it with probability `1 / ties` (one draw per tie, as it comes:
+/// uniform over the ties). With the tie count.
+///
+/// A chunk of [`PICK_CHUNK`] costs is read after a branch-free min: above the best so far, it
+/// changes nothing and draws nothing; equal to it, its costs can only tie, and they are found
+/// through a bit mask rather than a branch per cost (integer load figures tie often: a
+/// least-loaded fleet has many idle workers, and that branch is taken at random); below it,
+/// the chunk is read cost by cost.
+fn min_cost_index(costs: &[f64], rng: &mut dyn RandomSource) -> (usize, u64) {
+    let mut best = 0;
+    let mut best_cost = f64::INFINITY;
+    let mut ties: u64 = 0;
+    for (b, block) in costs.chunks(TIE_BLOCK).enumerate() {
+        let low = chunk_min(block);
+        if low > best_cost {
+            continue;
+        }
+        if low == best_cost {
+            let mut equal = 0u64;
+            for (j, &cost) in block.iter().enumerate() {
+                equal |= u64::from(cost == best_cost) << j;
+            }
+            while equal != 0 {
+                let j = equal.trailing_zeros() as usize;
+                equal &= equal - 1;
+                ties += 1;
+                if rng::index(rng, ties) == 0 {
+                    best = b * TIE_BLOCK + j;
+                }
+            }
+            continue;
+        }
+        for (c, chunk) in block.chunks(PICK_CHUNK).enumerate() {
+            if chunk_min(chunk) > best_cost {
+                continue;
+            }
+            for (j, &cost) in chunk.iter().enumerate() {
+                let i = b * TIE_BLOCK + c * PICK_CHUNK + j;
+                if cost < best_cost {
+                    best = i;
+                    best_cost = cost;
+                    ties = 1;
+                } else if cost == best_cost {
+                    ties += 1;
+                    if rng::index(rng, ties) == 0 {
+                        best = i;
+                    }
+                }
+            }
+        }
+    }
+    (best, ties)
+}
+
+/// Costs per block of [`min_cost_index`] whose ties are found through one bit mask.
+const TIE_BLOCK: usize = 64;
 
 /// Costs per chunk of the minimum-cost scan.
 const PICK_CHUNK: usize = 16;
@@ -1195,5 +1232,58 @@ mod tests {
             (2, 1.0 / 3.0)
         );
         assert_eq!(softmax_index(&[2.0; 3], 0.7, 0.5, &mut w).0, 1);
+    }
+
+    /// The minimum-cost pick written plainly: one branch per cost.
+    fn min_cost_scan(costs: &[f64], rng: &mut dyn crate::engine::RandomSource) -> (usize, u64) {
+        let (mut best, mut best_cost, mut ties) = (0, f64::INFINITY, 0);
+        for (j, &cost) in costs.iter().enumerate() {
+            if cost < best_cost {
+                (best, best_cost, ties) = (j, cost, 1);
+            } else if cost == best_cost {
+                ties += 1;
+                if crate::engine::rng::index(rng, ties) == 0 {
+                    best = j;
+                }
+            }
+        }
+        (best, ties)
+    }
+
+    /// The minimum-cost pick is the plain scan: the same index, tie count and draws (the
+    /// generator's next value after each pick agrees), over costs drawn from a few values so
+    /// ties are many, with NaN, infinities, signed zeros, and the minimum first, late or absent.
+    #[test]
+    fn the_minimum_cost_pick_is_the_scan() {
+        use super::min_cost_index;
+        use crate::engine::RandomSource;
+        use crate::engine::WyRand;
+        let values = [
+            3.0,
+            1.0,
+            2.0,
+            0.0,
+            -0.0,
+            f64::INFINITY,
+            f64::NEG_INFINITY,
+            f64::NAN,
+        ];
+        let mut draw = WyRand::with_seed(7);
+        #[allow(clippy::cast_possible_truncation, reason = "below n, a small usize")]
+        let mut below = |n: usize| (draw.next_u64() % n as u64) as usize;
+        for case in 0..4000u64 {
+            let n = below(300);
+            // Each case draws from a few of the values, so ties and the minimum's position vary.
+            let kinds = 1 + below(values.len());
+            let offset = below(values.len());
+            let costs: Vec<f64> = (0..n)
+                .map(|_| values[(offset + below(kinds)) % values.len()])
+                .collect();
+            let (mut a, mut b) = (WyRand::with_seed(case), WyRand::with_seed(case));
+            let fast = min_cost_index(&costs, &mut a);
+            let scan = min_cost_scan(&costs, &mut b);
+            assert_eq!(fast, scan, "case {case}: {costs:?}");
+            assert_eq!(a.next_u64(), b.next_u64(), "case {case}: the draws differ");
+        }
     }
 }
