@@ -637,6 +637,8 @@ impl<F: Filters, S: Scorers, P: Picker> Policy<F, S, P> {
     /// not offer the pass or fails, for the row-by-row loop to decide (and report what is
     /// wrong) as it always has. Every row gets the verdicts the row-by-row loop gives it: each
     /// filter is asked about the rows every check before it kept.
+    ///
+    /// [`Filter::check_rows`]: crate::engine::Filter::check_rows
     fn admit_in_passes(
         &self,
         view: &RequestView<'_>,
@@ -668,6 +670,8 @@ impl<F: Filters, S: Scorers, P: Picker> Policy<F, S, P> {
     /// are already in canonical order. Returns the candidate count and the scorer's inputs (the
     /// only component's so far), or `None` when the general steps must run instead; they then
     /// overwrite everything this wrote.
+    ///
+    /// [`Scorer::score_all_rows`]: crate::engine::Scorer::score_all_rows
     fn fused(
         &self,
         scratch: &mut Scratch<'_>,
@@ -793,6 +797,8 @@ pub(crate) struct Marked {
 /// whether the row is a candidate). The loop has no
 /// data-dependent index or branch; validity is folded as it goes (speeds, which few rows carry,
 /// in a second pass when any does). `order` holds `rows.len()` entries, at most 2^31.
+///
+/// [`Scorer::score_all_rows`]: crate::engine::Scorer::score_all_rows
 #[inline]
 pub(crate) fn mark_unfiltered(
     rows: &[Row],

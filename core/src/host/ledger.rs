@@ -40,7 +40,8 @@ pub struct RequestEntry {
     prefill_tokens: u64,
     blocks: u64,
     state: u8,
-    /// When it was booked, ms, as `f64` bits; 0 (the bits of `+0.0`) with [`UNTIMED`] unset.
+    /// When it was booked, ms, as `f64` bits; 0 (the bits of `+0.0`) when the [`TIMED`] bit is
+    /// unset.
     booked_at: u64,
     /// Prefill tokens on its worker right after booking (the queued ones and its own).
     work: u64,

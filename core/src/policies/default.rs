@@ -933,11 +933,12 @@ impl Picker for DefaultPicker {
 /// least so far replacing it with probability `1 / ties` (one draw per tie, as it comes:
 /// uniform over the ties). With the tie count.
 ///
-/// A chunk of [`PICK_CHUNK`] costs is read after a branch-free min: above the best so far, it
+/// A block of [`TIE_BLOCK`] costs is read after a branch-free min: above the best so far, it
 /// changes nothing and draws nothing; equal to it, its costs can only tie, and they are found
 /// through a bit mask rather than a branch per cost (integer load figures tie often: a
 /// least-loaded fleet has many idle workers, and that branch is taken at random); below it,
-/// the chunk is read cost by cost.
+/// the block is read a chunk of [`PICK_CHUNK`] at a time, each skipped the same way when its
+/// min is above the best so far, and otherwise read cost by cost.
 fn min_cost_index(costs: &[f64], rng: &mut dyn RandomSource) -> (usize, u64) {
     let mut best = 0;
     let mut best_cost = f64::INFINITY;
