@@ -873,3 +873,49 @@ pub(crate) fn compact_left_out(order: &mut [u32], beside: &mut [f64]) -> usize {
 
 /// Entries per block of [`compact_left_out`].
 const COMPACT_BLOCK: usize = 16;
+
+#[cfg(test)]
+mod tests {
+    use super::{LEFT_OUT, compact_left_out};
+    use crate::engine::{RandomSource, WyRand};
+    use std::vec::Vec;
+
+    /// The compaction keeps the unmarked entries and their costs in order, and counts them, as a
+    /// plain filter does: lengths across several blocks and a partial one, marks from none to
+    /// all, in runs and alone, with and without costs beside.
+    #[test]
+    fn the_compaction_is_the_filter() {
+        let mut draw = WyRand::with_seed(11);
+        #[allow(clippy::cast_possible_truncation, reason = "below n, a small usize")]
+        let mut below = |n: usize| (draw.next_u64() % n as u64) as usize;
+        for case in 0..3000 {
+            let n = below(200);
+            // One in `every` entries marked, on average: none, a few, most, all.
+            let every = [0, 1, 2, 5, 17, 64][below(6)];
+            #[allow(clippy::cast_possible_truncation, reason = "n < 200")]
+            let order: Vec<u32> = (0..n as u32)
+                .map(|i| {
+                    let marked = every != 0 && below(every) == 0;
+                    i | (u32::from(marked) * LEFT_OUT)
+                })
+                .collect();
+            let costs: Vec<f64> = (0..n)
+                .map(|i| f64::from(u32::try_from(i).unwrap()) * 0.5)
+                .collect();
+            let expected: Vec<(u32, f64)> = order
+                .iter()
+                .zip(&costs)
+                .filter(|&(&e, _)| e & LEFT_OUT == 0)
+                .map(|(&e, &c)| (e, c))
+                .collect();
+            let (mut o, mut c) = (order.clone(), costs.clone());
+            let m = compact_left_out(&mut o, &mut c);
+            let got: Vec<(u32, f64)> = o[..m].iter().copied().zip(c[..m].iter().copied()).collect();
+            assert_eq!(got, expected, "case {case}: {order:?}");
+            let mut o = order.clone();
+            let m = compact_left_out(&mut o, &mut []);
+            let kept: Vec<u32> = expected.iter().map(|&(e, _)| e).collect();
+            assert_eq!(&o[..m], &kept[..], "case {case}, no costs: {order:?}");
+        }
+    }
+}
