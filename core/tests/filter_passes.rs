@@ -1,9 +1,12 @@
 //! Filters asked a pass at a time (`Filter::check_rows`) against the same filters asked row by
 //! row: the same selections and the same errors, on generated fleets with invalid, overloaded
-//! and ineligible rows, requests with required taints, and filters that fail.
+//! and ineligible rows, requests with required taints, and filters that fail. The scorer after
+//! them scores in one pass and the filters then ask its candidates (least loaded, the default
+//! cost: their costs are per row), or scores the filters' candidates (the same scorers without
+//! their one pass, and Dynamo's two-tier rule, which compares candidates).
 
 use libroute_core::catalog::{
-    AllowList, BuiltinFilter, LeastLoaded, LoadMetric, OverloadLimits, RequireTaints,
+    AllowList, BuiltinFilter, DynamoTwoTier, LeastLoaded, LoadMetric, OverloadLimits, RequireTaints,
 };
 use libroute_core::*;
 use proptest::prelude::*;
@@ -22,6 +25,23 @@ impl<F: Filter> Filter for RowByRow<F> {
         row: &RowView<'_>,
     ) -> Result<Verdict, ComponentError> {
         self.0.check(request, row)
+    }
+}
+
+/// A scorer scored through the general pipeline only: it does not offer the one pass.
+struct General<S>(S);
+
+impl<S: Scorer> Scorer for General<S> {
+    fn inputs(&self, leg: Leg) -> WorkerInputs {
+        self.0.inputs(leg)
+    }
+    fn score(
+        &self,
+        request: &RequestView<'_>,
+        candidates: &Candidates<'_>,
+        costs: &mut [f64],
+    ) -> Result<(), ComponentError> {
+        self.0.score(request, candidates, costs)
     }
 }
 
@@ -89,8 +109,12 @@ fn filter() -> impl Strategy<Value = TestFilter> {
 prop_compose! {
     fn row(id: u64)(loaded in any::<bool>(), apt in 0u64..3000, dcb in 0u64..60, nreq in 0u64..15,
                     taints in 0u64..8, overloaded in proptest::bool::weighted(0.15),
-                    broken in proptest::bool::weighted(0.04), nan in proptest::bool::weighted(0.04)) -> Row {
+                    broken in proptest::bool::weighted(0.04), nan in proptest::bool::weighted(0.04),
+                    cached in any::<bool>(), dev in 0u32..16) -> Row {
         let mut row = Row::new(WorkerKey::new(id / 2, u32::try_from(id % 2).unwrap())).with_taints(TaintSet(taints));
+        if cached {
+            row = row.with_cache(Cache { device_blocks: dev, effective_blocks: f64::from(dev), ..Cache::default() });
+        }
         if loaded {
             row = row.with_load(Load { available: true, active_prefill_tokens: apt, active_decode_blocks: dcb, active_requests: nreq });
         }
@@ -114,8 +138,12 @@ proptest! {
     #[test]
     fn passes_select_and_fail_as_row_by_row(rows in fleet(), filters in prop::collection::vec(filter(), 1..4),
                                             required in 0u64..4, seed in proptest::option::of(any::<u64>()),
-                                            entropy in any::<u64>()) {
-        let scorer = (LeastLoaded { metric: LoadMetric::ActiveRequests },);
+                                            entropy in any::<u64>(), which in 0usize..5) {
+        let least = LeastLoaded { metric: LoadMetric::ActiveRequests };
+        let (general_least, default, general_default) = (General(least), DefaultCost::default(), General(DefaultCost::default()));
+        let two_tier = DynamoTwoTier::default();
+        let scorers: [&dyn Scorer; 5] = [&least, &general_least, &default, &general_default, &two_tier];
+        let scorer = (scorers[which],);
         let picker = DefaultPicker { temperature: 0.0 };
         let passes: Vec<&dyn Filter> = filters.iter().map(TestFilter::get).collect();
         let by_row: Vec<RowByRow<&dyn Filter>> = passes.iter().copied().map(RowByRow).collect();

@@ -99,7 +99,8 @@ pub trait Filter {
 pub struct Admission<'a> {
     /// The selection's rows.
     rows: &'a [Row],
-    /// One entry per row, its index, marked [`LEFT_OUT`] when the row is no longer kept.
+    /// One entry per row still asked about: the row's index, marked [`LEFT_OUT`] when the row
+    /// is no longer kept.
     order: &'a mut [u32],
     /// Rows a filter rejected.
     rejected: usize,
@@ -108,9 +109,9 @@ pub struct Admission<'a> {
 }
 
 impl<'a> Admission<'a> {
-    /// Admission of `rows` over `order` (one entry per row, marked as
-    /// [`crate::engine::mark_unfiltered`] marks it), with `overloaded` rows already left out as
-    /// overloaded.
+    /// Admission of `rows` over `order`: every row's entry, marked as
+    /// [`crate::engine::mark_unfiltered`] marks it, or the indices of the candidates a one-pass
+    /// scorer admitted; with `overloaded` rows already left out as overloaded.
     pub(crate) fn new(rows: &'a [Row], order: &'a mut [u32], overloaded: usize) -> Self {
         Self {
             rows,
@@ -154,11 +155,11 @@ impl<'a> Admission<'a> {
         &mut self,
         mut check: impl FnMut(&Row) -> Result<Verdict, E>,
     ) -> Result<(), E> {
-        for (slot, row) in self.order.iter_mut().zip(self.rows) {
+        for slot in self.order.iter_mut() {
             if *slot & LEFT_OUT != 0 {
                 continue;
             }
-            match check(row)? {
+            match check(&self.rows[*slot as usize])? {
                 Verdict::Keep => {}
                 Verdict::Reject => {
                     *slot |= LEFT_OUT;
@@ -215,7 +216,8 @@ pub trait Scorer {
     ) -> Result<(), ComponentError>;
 
     /// A capability the engine asks for: steps 1 to 3 of a selection in one pass, for a policy
-    /// whose only component is this scorer (no filters, one scorer) and a request without a pin.
+    /// whose only scorer is this one, without filters (or with filters, when this scorer's costs
+    /// are [per row](Scorer::costs_are_per_row)), and a request without a pin.
     /// The pass admits every row that is valid ([`Row::is_valid`]) and a candidate
     /// ([`Row::is_candidate`]), writes their host indices to `order[..m]` in host order and their
     /// costs, exactly those [`Scorer::score`] would write, to `costs[..m]`, and returns `m`.
@@ -233,6 +235,17 @@ pub trait Scorer {
     ) -> Option<usize> {
         let _ = (request, rows, order, costs);
         None
+    }
+
+    /// Whether the costs [`Scorer::score_all_rows`] writes, whenever it returns `Some`, depend
+    /// only on the request and each cost's own row, not on which other rows are candidates (a
+    /// scorer that compares a row with the others, such as a load spread, must say `false`). The
+    /// costs of some of its candidates are then those [`Scorer::score`] writes for them alone,
+    /// and the engine also takes the one pass for a policy with filters that offer
+    /// [`Filter::check_rows`]: they are asked about its candidates after it, as they would be
+    /// before scoring. The default is `false`.
+    fn costs_are_per_row(&self) -> bool {
+        false
     }
 
     /// A capability the engine asks for (through [`Scorers::score_together`]): the costs of a
@@ -380,6 +393,9 @@ impl<T: Scorer + ?Sized> Scorer for &T {
         costs: &mut [f64],
     ) -> Option<usize> {
         (**self).score_all_rows(request, rows, order, costs)
+    }
+    fn costs_are_per_row(&self) -> bool {
+        (**self).costs_are_per_row()
     }
 }
 

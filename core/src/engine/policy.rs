@@ -665,13 +665,19 @@ impl<F: Filters, S: Scorers, P: Picker> Policy<F, S, P> {
         Ok(Some(m))
     }
 
-    /// Steps 1 to 3 in one pass, when the policy's only component is a scorer that offers one
+    /// Steps 1 to 3 in one pass, when the policy's only scorer offers one
     /// ([`Scorer::score_all_rows`]) and the request has no pin; in seeded mode only when the rows
-    /// are already in canonical order. Returns the candidate count and the scorer's inputs (the
-    /// only component's so far), or `None` when the general steps must run instead; they then
-    /// overwrite everything this wrote.
+    /// are already in canonical order. With filters, only when the scorer's costs are per row
+    /// ([`Scorer::costs_are_per_row`]) and every filter offers its pass ([`Filter::check_rows`]):
+    /// the filters are then asked about the one pass's candidates, in row order as before
+    /// scoring, and the candidates they keep move to the front with their costs. Returns the
+    /// candidate count and the union of the components' inputs so far, or `None` when the
+    /// general steps must run instead (also when the filters keep no candidate, for them to say
+    /// why); they then overwrite everything this wrote.
     ///
     /// [`Scorer::score_all_rows`]: crate::engine::Scorer::score_all_rows
+    /// [`Scorer::costs_are_per_row`]: crate::engine::Scorer::costs_are_per_row
+    /// [`Filter::check_rows`]: crate::engine::Filter::check_rows
     fn fused(
         &self,
         scratch: &mut Scratch<'_>,
@@ -679,14 +685,19 @@ impl<F: Filters, S: Scorers, P: Picker> Policy<F, S, P> {
         rows: &[Row],
         sort: bool,
     ) -> Option<(usize, WorkerInputs)> {
-        if request.pin.is_some() || !self.filters.is_empty() || self.scorers.len() != 1 {
+        if request.pin.is_some() || self.scorers.len() != 1 {
             return None;
         }
         let scorer = self.scorers.get(0)?;
+        let filtered = !self.filters.is_empty();
+        if filtered && !scorer.costs_are_per_row() {
+            return None;
+        }
         if sort && !rows.windows(2).all(|pair| pair[0].worker < pair[1].worker) {
             return None;
         }
-        let inputs = scorer.inputs(request.leg());
+        let leg = request.leg();
+        let inputs = scorer.inputs(leg);
         let view = RequestView::new(request, inputs);
         let n = rows.len();
         let m = scorer.score_all_rows(
@@ -695,7 +706,19 @@ impl<F: Filters, S: Scorers, P: Picker> Policy<F, S, P> {
             &mut scratch.order[..n],
             &mut scratch.costs[..n],
         )?;
-        (m > 0 && m <= n).then_some((m, inputs))
+        if m == 0 || m > n {
+            return None;
+        }
+        if !filtered {
+            return Some((m, inputs));
+        }
+        let filter_inputs = self.filter_inputs(leg);
+        let mut admission = Admission::new(rows, &mut scratch.order[..m], 0);
+        self.filters
+            .check_rows(&RequestView::new(request, filter_inputs), &mut admission)?;
+        let (order, _, _) = admission.finish();
+        let m = compact_left_out(order, &mut scratch.costs[..m]);
+        (m > 0).then_some((m, filter_inputs | inputs))
     }
 
     /// Eligibility (required taints), host overload marks, then filters in order. An ineligible

@@ -110,6 +110,11 @@ impl Scorer for LeastLoaded {
             }
         }
     }
+
+    /// A row's load figure is its own.
+    fn costs_are_per_row(&self) -> bool {
+        true
+    }
 }
 
 /// [`LeastLoaded::score_all_rows`] for one load figure, read by `figure` (a field of the row):
@@ -1836,6 +1841,10 @@ impl Scorer for WeightedScorer {
         } else {
             None
         }
+    }
+
+    fn costs_are_per_row(&self) -> bool {
+        self.scorer.get().costs_are_per_row()
     }
 }
 

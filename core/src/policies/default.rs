@@ -793,6 +793,12 @@ impl Scorer for DefaultCost {
             None
         )
     }
+
+    /// The formula reads the request and the row; the one term that compares candidates, the
+    /// decay's least outstanding prefill, is declined by the one pass.
+    fn costs_are_per_row(&self) -> bool {
+        true
+    }
 }
 
 impl DefaultCost {
