@@ -860,36 +860,65 @@ pub(crate) const LEFT_OUT: u32 = 1 << 31;
 
 /// Moves the unmarked entries of `order` to its front, in order, and returns how many there
 /// are; `beside` (empty, or as long as `order`: the costs kept beside it) moves the same way.
+/// What `order` and `beside` hold past the returned count is unspecified.
+///
 /// Blocks of [`COMPACT_BLOCK`] entries without a mark move whole (and not at all before the
-/// first mark); a block with marks moves entry by entry without a data-dependent branch: every
-/// entry is written to the next free position, which advances only when the entry is kept.
+/// first mark). A block with marks is read whole first, then each of its entries is written to
+/// the next free position, which advances only when the entry is kept: no data-dependent
+/// branch. The free positions are within a block's length of the first one (`kept` is at most
+/// the block's start, so they end by the block's end: positions already read), so they are
+/// addressed as a fixed window of one block, without a bounds check per entry. The last,
+/// partial block goes entry by entry.
 #[inline]
 pub(crate) fn compact_left_out(order: &mut [u32], beside: &mut [f64]) -> usize {
     let carry = !beside.is_empty();
     debug_assert!(!carry || beside.len() == order.len());
     let n = order.len();
     let (mut kept, mut start) = (0, 0);
-    while start < n {
-        let end = n.min(start + COMPACT_BLOCK);
-        if order[start..end].iter().fold(0, |marks, &e| marks | e) & LEFT_OUT == 0 {
+    while start + COMPACT_BLOCK <= n {
+        let end = start + COMPACT_BLOCK;
+        let block: [u32; COMPACT_BLOCK] = order[start..end].try_into().expect("a whole block");
+        if block.iter().fold(0, |marks, &e| marks | e) & LEFT_OUT == 0 {
             if kept != start {
                 order.copy_within(start..end, kept);
                 if carry {
                     beside.copy_within(start..end, kept);
                 }
             }
-            kept += end - start;
+            kept += COMPACT_BLOCK;
         } else {
-            for i in start..end {
-                let entry = order[i];
-                order[kept] = entry & !LEFT_OUT;
-                if carry {
-                    beside[kept] = beside[i];
+            let window = kept..kept + COMPACT_BLOCK;
+            let to: &mut [u32; COMPACT_BLOCK] = (&mut order[window.clone()])
+                .try_into()
+                .expect("a whole block");
+            let mut k = 0;
+            if carry {
+                let costs: [f64; COMPACT_BLOCK] =
+                    beside[start..end].try_into().expect("a whole block");
+                let to_costs: &mut [f64; COMPACT_BLOCK] =
+                    (&mut beside[window]).try_into().expect("a whole block");
+                for (&entry, &cost) in block.iter().zip(&costs) {
+                    to[k % COMPACT_BLOCK] = entry & !LEFT_OUT;
+                    to_costs[k % COMPACT_BLOCK] = cost;
+                    k += 1 - (entry >> 31) as usize;
                 }
-                kept += 1 - (entry >> 31) as usize;
+            } else {
+                for &entry in &block {
+                    to[k % COMPACT_BLOCK] = entry & !LEFT_OUT;
+                    k += 1 - (entry >> 31) as usize;
+                }
             }
+            kept += k;
         }
         start = end;
+    }
+    for i in start..n {
+        let entry = order[i];
+        order[kept] = entry & !LEFT_OUT;
+        if carry {
+            beside[kept] = beside[i];
+        }
+        kept += 1 - (entry >> 31) as usize;
     }
     kept
 }
