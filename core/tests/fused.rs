@@ -1,5 +1,6 @@
 //! The one-pass steps (validity, admission and the cost in one loop, `Scorer::score_all_rows`)
-//! of the default cost and of the catalog's least-loaded and two-mode scorers against the general pipeline:
+//! of the default cost and of the catalog's least-loaded and two-mode scorers, alone or as the
+//! first per-row scorer of a composed policy, against the general pipeline:
 //! the same selections, costs, errors and random streams, bit for bit, on uniform and mixed
 //! fleets.
 //!
@@ -8,7 +9,7 @@
 
 use libroute_core::catalog::{
     BuiltinPicker, BuiltinScorer, DynamoTwoTier, LeastLoaded, LoadMetric, MinCostPicker,
-    PowerOfChoices, SglangCacheAware, WeightedScorer,
+    PowerOfChoices, QueueScore, SessionAffinity, SglangCacheAware, WeightedScorer,
 };
 use libroute_core::*;
 use proptest::prelude::*;
@@ -307,6 +308,65 @@ proptest! {
             scorer, picker_of(picker), (&request, &rows), (seed, entropy), 4,
         );
         for (x, y) in pairs {
+            prop_assert_eq!(x, y);
+        }
+    }
+}
+
+/// Scorer `i` of a composed policy: least loaded (weights 1 and 3), the default cost, session
+/// affinity, Dynamo's two-tier rule and llm-d's queue scorer; the first two have costs per row
+/// and a one pass (at weight 1), the others not both.
+fn composed_part(i: u32) -> WeightedScorer {
+    let (scorer, weight) = match i {
+        0 => (
+            BuiltinScorer::LeastLoaded(LeastLoaded {
+                metric: LoadMetric::ActiveRequests,
+            }),
+            1.0,
+        ),
+        1 => (
+            BuiltinScorer::LeastLoaded(LeastLoaded {
+                metric: LoadMetric::ActiveBlocks,
+            }),
+            3.0,
+        ),
+        2 => (BuiltinScorer::Default(DefaultCost::default()), 1.0),
+        3 => (BuiltinScorer::SessionAffinity(SessionAffinity), 10.0),
+        4 => (BuiltinScorer::DynamoTwoTier(DynamoTwoTier::default()), 1.0),
+        _ => (BuiltinScorer::Queue(QueueScore), 1.0),
+    };
+    WeightedScorer { scorer, weight }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 2000, ..ProptestConfig::default() })]
+
+    /// A policy of several scorers takes the one pass of its first scorer with costs per row
+    /// and scores the others over that pass's candidates: the same selections, columns and
+    /// totals, bit for bit, as every scorer through the general pipeline.
+    #[test]
+    fn composed_policies_in_one_pass_select_exactly_as_the_general_pipeline(
+        rows in fleet(),
+        parts in prop::collection::vec(0u32..6, 2..4),
+        picker in prop::sample::select(vec![0u32, 1, 2, 3]),
+        required in prop::sample::select(vec![0u64, 0, 0, 1, 2]),
+        session in proptest::option::of(0u64..8),
+        seed in proptest::option::of(any::<u64>()), entropy in any::<u64>(),
+    ) {
+        let fast: Vec<WeightedScorer> = parts.iter().map(|&i| composed_part(i)).collect();
+        let slow: Vec<General<WeightedScorer>> = fast.iter().map(|&s| General(s)).collect();
+        let picker = picker_of(picker);
+        let fused = Policy::new((), &fast[..], picker.clone()).unwrap().with_seed(seed);
+        let general = Policy::new((), &slow[..], picker).unwrap().with_seed(seed);
+        let mut request = Request::new(256, 16).required_taints(TaintSet(required));
+        if let Some(session) = session {
+            request = request.session(session);
+        }
+        let mut a = Box::new(Selector::<64>::with_entropy(entropy));
+        let mut b = Box::new(Selector::<64>::with_entropy(entropy));
+        for _ in 0..3 {
+            let x = outcome(fused.select(&mut a, &request, &rows), &a);
+            let y = outcome(general.select(&mut b, &request, &rows), &b);
             prop_assert_eq!(x, y);
         }
     }

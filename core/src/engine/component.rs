@@ -215,9 +215,10 @@ pub trait Scorer {
         costs: &mut [f64],
     ) -> Result<(), ComponentError>;
 
-    /// A capability the engine asks for: steps 1 to 3 of a selection in one pass, for a policy
-    /// whose only scorer is this one, without filters (or with filters, when this scorer's costs
-    /// are [per row](Scorer::costs_are_per_row)), and a request without a pin.
+    /// A capability the engine asks for: steps 1 to 3 of a selection in one pass, for a request
+    /// without a pin and a policy whose only component is this scorer, or, when this scorer's
+    /// costs are [per row](Scorer::costs_are_per_row), a policy with filters or other scorers
+    /// too, of which this is the first with costs per row.
     /// The pass admits every row that is valid ([`Row::is_valid`]) and a candidate
     /// ([`Row::is_candidate`]), writes their host indices to `order[..m]` in host order and their
     /// costs, exactly those [`Scorer::score`] would write, to `costs[..m]`, and returns `m`.
@@ -242,8 +243,9 @@ pub trait Scorer {
     /// scorer that compares a row with the others, such as a load spread, must say `false`). The
     /// costs of some of its candidates are then those [`Scorer::score`] writes for them alone,
     /// and the engine also takes the one pass for a policy with filters that offer
-    /// [`Filter::check_rows`]: they are asked about its candidates after it, as they would be
-    /// before scoring. The default is `false`.
+    /// [`Filter::check_rows`] (they are asked about its candidates after it, as they would be
+    /// before scoring) or with other scorers (they score the candidates left, into their own
+    /// columns). The default is `false`.
     fn costs_are_per_row(&self) -> bool {
         false
     }

@@ -4,7 +4,8 @@
 use core::fmt;
 
 use super::component::{
-    Admission, ComponentError, Filters, Pick, PickInput, PickReason, Picker, Scorers, Verdict,
+    Admission, ComponentError, Filters, Pick, PickInput, PickReason, Picker, Scorer, Scorers,
+    Verdict,
 };
 use super::outcome::{Disposition, Explanation, SelectError, Selection};
 use super::rng::{RandomSource, WyRand};
@@ -665,15 +666,17 @@ impl<F: Filters, S: Scorers, P: Picker> Policy<F, S, P> {
         Ok(Some(m))
     }
 
-    /// Steps 1 to 3 in one pass, when the policy's only scorer offers one
-    /// ([`Scorer::score_all_rows`]) and the request has no pin; in seeded mode only when the rows
-    /// are already in canonical order. With filters, only when the scorer's costs are per row
-    /// ([`Scorer::costs_are_per_row`]) and every filter offers its pass ([`Filter::check_rows`]):
-    /// the filters are then asked about the one pass's candidates, in row order as before
-    /// scoring, and the candidates they keep move to the front with their costs. Returns the
-    /// candidate count and the union of the components' inputs so far, or `None` when the
-    /// general steps must run instead (also when the filters keep no candidate, for them to say
-    /// why); they then overwrite everything this wrote.
+    /// Steps 1 to 3 in one pass ([`Scorer::score_all_rows`]), for a request without a pin; in
+    /// seeded mode only when the rows are already in canonical order. The pass is the only
+    /// scorer's, in a policy without filters; otherwise that of the first scorer whose costs are
+    /// per row ([`Scorer::costs_are_per_row`]), into its own column. The filters, when every one
+    /// offers its pass ([`Filter::check_rows`]), are then asked about the pass's candidates, in
+    /// row order as before scoring, and the candidates they keep move to the front with their
+    /// costs; the other scorers then score those candidates into their columns, and the columns
+    /// are summed, as in [`Policy::admit_and_score`]. Returns the candidate count and the union
+    /// of the components' inputs, or `None` when the general steps must run instead (also when
+    /// the filters keep no candidate or a scorer fails, for them to say why); they then
+    /// overwrite everything this wrote.
     ///
     /// [`Scorer::score_all_rows`]: crate::engine::Scorer::score_all_rows
     /// [`Scorer::costs_are_per_row`]: crate::engine::Scorer::costs_are_per_row
@@ -685,40 +688,74 @@ impl<F: Filters, S: Scorers, P: Picker> Policy<F, S, P> {
         rows: &[Row],
         sort: bool,
     ) -> Option<(usize, WorkerInputs)> {
-        if request.pin.is_some() || self.scorers.len() != 1 {
-            return None;
-        }
-        let scorer = self.scorers.get(0)?;
+        let scorers = self.scorers.len();
         let filtered = !self.filters.is_empty();
-        if filtered && !scorer.costs_are_per_row() {
+        if request.pin.is_some() || scorers == 0 {
             return None;
         }
+        let first = if scorers == 1 && !filtered {
+            0
+        } else {
+            (0..scorers).find(|&s| self.scorers.get(s).is_some_and(Scorer::costs_are_per_row))?
+        };
         if sort && !rows.windows(2).all(|pair| pair[0].worker < pair[1].worker) {
             return None;
         }
-        let leg = request.leg();
-        let inputs = scorer.inputs(leg);
-        let view = RequestView::new(request, inputs);
-        let n = rows.len();
+        let (leg, n, capacity) = (request.leg(), rows.len(), scratch.capacity);
+        let scorer = self.scorers.get(first)?;
+        let mut declared = scorer.inputs(leg);
+        let view = RequestView::new(request, declared);
+        let column = first * capacity..first * capacity + n;
         let m = scorer.score_all_rows(
             &view,
             rows,
             &mut scratch.order[..n],
-            &mut scratch.costs[..n],
+            &mut scratch.costs[column.clone()],
         )?;
         if m == 0 || m > n {
             return None;
         }
-        if !filtered {
-            return Some((m, inputs));
+        if !filtered && scorers == 1 {
+            return Some((m, declared));
         }
-        let filter_inputs = self.filter_inputs(leg);
-        let mut admission = Admission::new(rows, &mut scratch.order[..m], 0);
-        self.filters
-            .check_rows(&RequestView::new(request, filter_inputs), &mut admission)?;
-        let (order, _, _) = admission.finish();
-        let m = compact_left_out(order, &mut scratch.costs[..m]);
-        (m > 0).then_some((m, filter_inputs | inputs))
+        let mut m = m;
+        if filtered {
+            let filter_inputs = self.filter_inputs(leg);
+            declared |= filter_inputs;
+            let mut admission = Admission::new(rows, &mut scratch.order[..m], 0);
+            self.filters
+                .check_rows(&RequestView::new(request, filter_inputs), &mut admission)?;
+            let (order, _, _) = admission.finish();
+            m = compact_left_out(order, &mut scratch.costs[column.start..column.start + m]);
+            if m == 0 {
+                return None;
+            }
+        }
+        let order: &[u32] = &scratch.order[..m];
+        for s in (0..scorers).filter(|&s| s != first) {
+            let scorer = self.scorers.get(s)?;
+            let inputs = scorer.inputs(leg);
+            declared |= inputs;
+            let view = RequestView::new(request, inputs);
+            let column = &mut scratch.costs[s * capacity..s * capacity + m];
+            column.fill(f64::NAN);
+            scorer
+                .score(&view, &Candidates::new(view, rows, order), column)
+                .ok()?;
+            if first_non_finite(column).is_some() {
+                return None;
+            }
+        }
+        self.total(
+            scratch.totals,
+            scratch.costs,
+            capacity,
+            order,
+            m,
+            declared,
+            true,
+        )
+        .ok()
     }
 
     /// Eligibility (required taints), host overload marks, then filters in order. An ineligible
