@@ -11,6 +11,9 @@ use libroute_core::catalog::{
 use libroute_core::*;
 use proptest::prelude::*;
 
+mod general;
+use general::General;
+
 /// A filter asked row by row only: it does not offer `check_rows`.
 #[derive(Debug, Clone)]
 struct RowByRow<F>(F);
@@ -25,23 +28,6 @@ impl<F: Filter> Filter for RowByRow<F> {
         row: &RowView<'_>,
     ) -> Result<Verdict, ComponentError> {
         self.0.check(request, row)
-    }
-}
-
-/// A scorer scored through the general pipeline only: it does not offer the one pass.
-struct General<S>(S);
-
-impl<S: Scorer> Scorer for General<S> {
-    fn inputs(&self, leg: Leg) -> WorkerInputs {
-        self.0.inputs(leg)
-    }
-    fn score(
-        &self,
-        request: &RequestView<'_>,
-        candidates: &Candidates<'_>,
-        costs: &mut [f64],
-    ) -> Result<(), ComponentError> {
-        self.0.score(request, candidates, costs)
     }
 }
 

@@ -14,22 +14,8 @@ use libroute_core::catalog::{
 use libroute_core::*;
 use proptest::prelude::*;
 
-/// A scorer, scored through the general pipeline only.
-struct General<S>(S);
-
-impl<S: Scorer> Scorer for General<S> {
-    fn inputs(&self, leg: Leg) -> WorkerInputs {
-        self.0.inputs(leg)
-    }
-    fn score(
-        &self,
-        request: &RequestView<'_>,
-        candidates: &Candidates<'_>,
-        costs: &mut [f64],
-    ) -> Result<(), ComponentError> {
-        self.0.score(request, candidates, costs)
-    }
-}
+mod general;
+use general::General;
 
 /// Fleets a host sends: a flag combination for the fleet, per row a few percent without the
 /// cache entry or the load projection the others carry, overloaded rows, small counters, valid

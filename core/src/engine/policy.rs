@@ -547,23 +547,8 @@ impl<F: Filters, S: Scorers, P: Picker> Policy<F, S, P> {
             }
         }
         for s in 0..scorers {
-            let Some(scorer) = self.scorers.get(s) else {
-                continue;
-            };
-            let inputs = scorer.inputs(leg);
-            declared |= inputs;
-            let view = RequestView::new(request, inputs);
             let column = &mut scratch.costs[s * capacity..s * capacity + m];
-            column.fill(f64::NAN);
-            scorer
-                .score(&view, &Candidates::new(view, rows, order), column)
-                .map_err(|error| SelectError::ScorerFailed { scorer: s, error })?;
-            if let Some(k) = first_non_finite(column) {
-                return Err(SelectError::NonFiniteCost {
-                    scorer: s,
-                    row: order[k] as usize,
-                });
-            }
+            declared |= self.score_column(s, request, rows, order, column)?;
         }
         self.total(
             scratch.totals,
@@ -574,6 +559,34 @@ impl<F: Filters, S: Scorers, P: Picker> Policy<F, S, P> {
             declared,
             true,
         )
+    }
+
+    /// Scorer `s`'s costs of the candidates `order` into `column` (filled with NaN first, then
+    /// checked finite), returning the inputs it declares; a missing scorer writes nothing.
+    fn score_column(
+        &self,
+        s: usize,
+        request: &Request<'_>,
+        rows: &[Row],
+        order: &[u32],
+        column: &mut [f64],
+    ) -> Result<WorkerInputs, SelectError> {
+        let Some(scorer) = self.scorers.get(s) else {
+            return Ok(WorkerInputs::NONE);
+        };
+        let inputs = scorer.inputs(request.leg());
+        let view = RequestView::new(request, inputs);
+        column.fill(f64::NAN);
+        scorer
+            .score(&view, &Candidates::new(view, rows, order), column)
+            .map_err(|error| SelectError::ScorerFailed { scorer: s, error })?;
+        if let Some(k) = first_non_finite(column) {
+            return Err(SelectError::NonFiniteCost {
+                scorer: s,
+                row: order[k] as usize,
+            });
+        }
+        Ok(inputs)
     }
 
     /// The union of the inputs the scorers declare for `leg`, when there are several (what
@@ -733,18 +746,8 @@ impl<F: Filters, S: Scorers, P: Picker> Policy<F, S, P> {
         }
         let order: &[u32] = &scratch.order[..m];
         for s in (0..scorers).filter(|&s| s != first) {
-            let scorer = self.scorers.get(s)?;
-            let inputs = scorer.inputs(leg);
-            declared |= inputs;
-            let view = RequestView::new(request, inputs);
             let column = &mut scratch.costs[s * capacity..s * capacity + m];
-            column.fill(f64::NAN);
-            scorer
-                .score(&view, &Candidates::new(view, rows, order), column)
-                .ok()?;
-            if first_non_finite(column).is_some() {
-                return None;
-            }
+            declared |= self.score_column(s, request, rows, order, column).ok()?;
         }
         self.total(
             scratch.totals,
