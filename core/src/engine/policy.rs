@@ -546,19 +546,31 @@ impl<F: Filters, S: Scorers, P: Picker> Policy<F, S, P> {
                 );
             }
         }
-        for s in 0..scorers {
-            let column = &mut scratch.costs[s * capacity..s * capacity + m];
+        self.score_each(
+            (request, rows, order),
+            (scratch.costs, scratch.totals, capacity),
+            declared,
+            None,
+        )
+    }
+
+    /// Step 3 over the candidates `order`: each scorer but `scored` (whose column is already
+    /// written) into its own column ([`Policy::score_column`]), then the totals
+    /// ([`Policy::total`]). The general steps score every scorer; the one pass, every scorer
+    /// but the one whose pass admitted the candidates.
+    fn score_each(
+        &self,
+        (request, rows, order): (&Request<'_>, &[Row], &[u32]),
+        (costs, totals, capacity): (&mut [f64], &mut [f64], usize),
+        mut declared: WorkerInputs,
+        scored: Option<usize>,
+    ) -> Result<(usize, WorkerInputs), SelectError> {
+        let m = order.len();
+        for s in (0..self.scorers.len()).filter(|&s| Some(s) != scored) {
+            let column = &mut costs[s * capacity..s * capacity + m];
             declared |= self.score_column(s, request, rows, order, column)?;
         }
-        self.total(
-            scratch.totals,
-            scratch.costs,
-            capacity,
-            order,
-            m,
-            declared,
-            true,
-        )
+        self.total(totals, costs, capacity, order, m, declared, true)
     }
 
     /// Scorer `s`'s costs of the candidates `order` into `column` (filled with NaN first, then
@@ -744,19 +756,11 @@ impl<F: Filters, S: Scorers, P: Picker> Policy<F, S, P> {
                 return None;
             }
         }
-        let order: &[u32] = &scratch.order[..m];
-        for s in (0..scorers).filter(|&s| s != first) {
-            let column = &mut scratch.costs[s * capacity..s * capacity + m];
-            declared |= self.score_column(s, request, rows, order, column).ok()?;
-        }
-        self.total(
-            scratch.totals,
-            scratch.costs,
-            capacity,
-            order,
-            m,
+        self.score_each(
+            (request, rows, &scratch.order[..m]),
+            (scratch.costs, scratch.totals, capacity),
             declared,
-            true,
+            Some(first),
         )
         .ok()
     }
