@@ -300,8 +300,9 @@ proptest! {
 }
 
 /// Scorer `i` of a composed policy: least loaded (weights 1 and 3), the default cost, session
-/// affinity, Dynamo's two-tier rule and llm-d's queue scorer; the first two have costs per row
-/// and a one pass (at weight 1), the others not both.
+/// affinity, Dynamo's two-tier rule and llm-d's queue scorer. Least loaded and the default cost
+/// have costs per row (their one pass runs at weight 1 only, so least loaded at weight 3 first
+/// makes the one pass decline); the others do not.
 fn composed_part(i: u32) -> WeightedScorer {
     let (scorer, weight) = match i {
         0 => (
