@@ -665,3 +665,147 @@ fn two_mode_rules_read_an_odd_row_through_its_own_masks() {
     assert_eq!(x, y);
     assert_eq!(x.unwrap().0.cost, 0.0);
 }
+
+/// What [`Counted`] writes: fails with code 42, writes NaN for its first candidate, or costs 0.
+#[derive(Clone, Copy, PartialEq)]
+enum Behaviour {
+    Fails,
+    WritesNan,
+    Scores,
+}
+
+/// A scorer (reading nothing) that counts how often it is asked, as a host's callback can.
+struct Counted {
+    behaviour: Behaviour,
+    calls: std::sync::atomic::AtomicUsize,
+}
+
+impl Counted {
+    fn new(behaviour: Behaviour) -> Self {
+        Counted {
+            behaviour,
+            calls: std::sync::atomic::AtomicUsize::new(0),
+        }
+    }
+
+    fn take_calls(&self) -> usize {
+        self.calls.swap(0, std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
+impl Scorer for Counted {
+    fn inputs(&self, _leg: Leg) -> WorkerInputs {
+        WorkerInputs::NONE
+    }
+    fn score(
+        &self,
+        _request: &RequestView<'_>,
+        _candidates: &Candidates<'_>,
+        costs: &mut [f64],
+    ) -> Result<(), ComponentError> {
+        self.calls
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        match self.behaviour {
+            Behaviour::Fails => return Err(ComponentError { code: 42 }),
+            Behaviour::WritesNan => costs.fill(f64::NAN),
+            Behaviour::Scores => costs.fill(0.0),
+        }
+        Ok(())
+    }
+}
+
+/// Least loaded whose one pass writes NaN for its first candidate (as its `score` would not):
+/// a per-row scorer whose own column is not finite.
+struct NanPass;
+
+impl Scorer for NanPass {
+    fn inputs(&self, _leg: Leg) -> WorkerInputs {
+        WorkerInputs::NONE
+    }
+    fn score(
+        &self,
+        _request: &RequestView<'_>,
+        _candidates: &Candidates<'_>,
+        costs: &mut [f64],
+    ) -> Result<(), ComponentError> {
+        costs.fill(f64::NAN);
+        Ok(())
+    }
+    fn score_all_rows(
+        &self,
+        _request: &RequestView<'_>,
+        rows: &[Row],
+        order: &mut [u32],
+        costs: &mut [f64],
+    ) -> Option<usize> {
+        for (i, (o, c)) in order.iter_mut().zip(costs.iter_mut()).enumerate() {
+            *o = u32::try_from(i).ok()?;
+            *c = f64::NAN;
+        }
+        Some(rows.len())
+    }
+    fn costs_are_per_row(&self) -> bool {
+        true
+    }
+}
+
+/// A composed policy's other scorers are asked once per selection even when one fails or
+/// writes a non-finite cost: the one pass reports their error, the one the general steps
+/// report, instead of handing the selection to the general steps to ask them again. When the
+/// pass's own column is not finite, the general steps decide, and name that scorer.
+#[test]
+fn a_composed_policys_failing_scorer_is_asked_once_and_named_as_in_the_general_steps() {
+    let rows: Vec<Row> = (0..16u64)
+        .map(|i| {
+            Row::new(WorkerKey::new(i, 0)).with_load(Load {
+                available: true,
+                active_requests: i % 5,
+                ..Load::default()
+            })
+        })
+        .collect();
+    let request = Request::new(64, 16);
+    let least_loaded = LeastLoaded {
+        metric: LoadMetric::ActiveRequests,
+    };
+    for behaviour in [Behaviour::Fails, Behaviour::WritesNan, Behaviour::Scores] {
+        let counted = Counted::new(behaviour);
+        let fused = Policy::new((), (least_loaded, &counted), MinCostPicker).unwrap();
+        let general = Policy::new((), (General(least_loaded), &counted), MinCostPicker).unwrap();
+        let (mut a, mut b) = (Selector::<16>::new(), Selector::<16>::new());
+        let x = fused.select(&mut a, &request, &rows);
+        assert_eq!(counted.take_calls(), 1, "asked once in the one pass");
+        let y = general.select(&mut b, &request, &rows);
+        assert_eq!(counted.take_calls(), 1, "asked once in the general steps");
+        assert_eq!(x, y);
+        match behaviour {
+            Behaviour::Fails => assert!(matches!(
+                x,
+                Err(SelectError::ScorerFailed { scorer: 1, .. })
+            )),
+            Behaviour::WritesNan => assert!(matches!(
+                x,
+                Err(SelectError::NonFiniteCost { scorer: 1, row: 0 })
+            )),
+            Behaviour::Scores => assert!(x.is_ok()),
+        }
+
+        // The pass's own column is not finite: the general steps name scorer 0, as they do
+        // without the pass.
+        let fused = Policy::new((), (NanPass, &counted), MinCostPicker).unwrap();
+        let general = Policy::new((), (General(NanPass), &counted), MinCostPicker).unwrap();
+        let x = fused.select(&mut a, &request, &rows);
+        let _ = counted.take_calls();
+        let y = general.select(&mut b, &request, &rows);
+        assert_eq!(
+            counted.take_calls(),
+            0,
+            "scorer 0 fails first in the general steps"
+        );
+        assert_eq!(x, y);
+        assert!(matches!(
+            x,
+            Err(SelectError::NonFiniteCost { scorer: 0, row: 0 })
+        ));
+    }
+}

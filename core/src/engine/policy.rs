@@ -333,7 +333,7 @@ impl<F: Filters, S: Scorers, P: Picker> Policy<F, S, P> {
         let leg = request.leg();
         // The union of every component's inputs, gathered as each is asked (as `Policy::inputs`).
         let (m, mut declared) = match self.fused(scratch, request, rows, sort) {
-            Some(fused) => fused,
+            Some(fused) => fused?,
             None => self.admit_and_score(scratch, request, rows, sort)?,
         };
         let order: &[u32] = &scratch.order[..m];
@@ -700,8 +700,11 @@ impl<F: Filters, S: Scorers, P: Picker> Policy<F, S, P> {
     /// costs; the other scorers then score those candidates into their columns, and the columns
     /// are summed, as in [`Policy::admit_and_score`]. Returns the candidate count and the union
     /// of the components' inputs, or `None` when the general steps must run instead (also when
-    /// the filters keep no candidate or a scorer fails, for them to say why); they then
-    /// overwrite everything this wrote.
+    /// the filters keep no candidate, for them to say why); they then overwrite everything this
+    /// wrote. An error of the other scorers is the selection's (no scorer is asked twice): the
+    /// general steps would ask them about the same candidates in the same order, and report
+    /// the same first error, since the pass's own scorer succeeds there too (its column is
+    /// checked finite first; when it is not, the general steps decide and name it).
     ///
     /// [`Scorer::score_all_rows`]: crate::engine::Scorer::score_all_rows
     /// [`Scorer::costs_are_per_row`]: crate::engine::Scorer::costs_are_per_row
@@ -712,7 +715,7 @@ impl<F: Filters, S: Scorers, P: Picker> Policy<F, S, P> {
         request: &Request<'_>,
         rows: &[Row],
         sort: bool,
-    ) -> Option<(usize, WorkerInputs)> {
+    ) -> Option<Result<(usize, WorkerInputs), SelectError>> {
         let scorers = self.scorers.len();
         let filtered = !self.filters.is_empty();
         if request.pin.is_some() || scorers == 0 {
@@ -741,7 +744,7 @@ impl<F: Filters, S: Scorers, P: Picker> Policy<F, S, P> {
             return None;
         }
         if !filtered && scorers == 1 {
-            return Some((m, declared));
+            return Some(Ok((m, declared)));
         }
         let mut m = m;
         if filtered {
@@ -756,13 +759,20 @@ impl<F: Filters, S: Scorers, P: Picker> Policy<F, S, P> {
                 return None;
             }
         }
-        self.score_each(
+        let scored = self.score_each(
             (request, rows, &scratch.order[..m]),
             (scratch.costs, scratch.totals, capacity),
             declared,
             Some(first),
-        )
-        .ok()
+        );
+        match scored {
+            Err(_)
+                if first_non_finite(&scratch.costs[column.start..column.start + m]).is_some() =>
+            {
+                None
+            }
+            scored => Some(scored),
+        }
     }
 
     /// Eligibility (required taints), host overload marks, then filters in order. An ineligible
