@@ -759,19 +759,19 @@ impl<F: Filters, S: Scorers, P: Picker> Policy<F, S, P> {
                 return None;
             }
         }
-        let scored = self.score_each(
+        let outcome = self.score_each(
             (request, rows, &scratch.order[..m]),
             (scratch.costs, scratch.totals, capacity),
             declared,
             Some(first),
         );
-        match scored {
+        match outcome {
             Err(_)
                 if first_non_finite(&scratch.costs[column.start..column.start + m]).is_some() =>
             {
                 None
             }
-            scored => Some(scored),
+            outcome => Some(outcome),
         }
     }
 
