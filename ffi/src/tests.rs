@@ -386,6 +386,156 @@ unsafe extern "C" fn bad_verdict(
     0
 }
 
+/// What [`count_and_price`] reads and counts: how often it was called, and what it then does.
+struct Priced {
+    calls: std::cell::Cell<usize>,
+    /// Fail with this code instead of scoring, when not 0.
+    fail: std::cell::Cell<i32>,
+}
+
+/// A scorer whose cost depends on the row (a quarter of the worker id, odd ranks a half more),
+/// counting its calls in its `Priced` user data.
+unsafe extern "C" fn count_and_price(
+    user_data: *mut c_void,
+    _: *const libroute_request_info,
+    rows: *const libroute_row,
+    order: *const u32,
+    len: usize,
+    costs: *mut f64,
+) -> i32 {
+    // SAFETY: the tests pass a `Priced` as user data, used by one thread.
+    let priced = unsafe { &*user_data.cast::<Priced>() };
+    priced.calls.set(priced.calls.get() + 1);
+    if priced.fail.get() != 0 {
+        return priced.fail.get();
+    }
+    for k in 0..len {
+        // SAFETY: `order` and `costs` hold `len` values; each index is a row of `rows`.
+        unsafe {
+            let row = &*rows.add(*order.add(k) as usize);
+            let cost = row.worker.worker_id as f64 * 0.25 + f64::from(row.worker.dp_rank) * 0.5;
+            costs.add(k).write(cost);
+        }
+    }
+    0
+}
+
+unsafe extern "C" fn keep_all(
+    _: *mut c_void,
+    _: *const libroute_request_info,
+    _: *const libroute_row,
+    verdict: *mut u32,
+) -> i32 {
+    // SAFETY: libroute passes a valid out-pointer.
+    unsafe { verdict.write(0) };
+    0
+}
+
+/// A policy of the default cost and C scorers selects exactly as the same policy behind a C
+/// filter that keeps every row (which the engine asks row by row, so the default cost is not
+/// scored in its one pass): the same selections, contributions and last costs, with and without
+/// temperature; and its scorer is called once per selection, failing or not.
+#[test]
+fn c_scorers_with_the_default_cost_select_as_through_the_general_steps() {
+    let mut state = 0x9e37_79b9_7f4a_7c15u64;
+    let mut next = |below: u64| {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state % below
+    };
+    for knobs in ["{}", r#"{"temperature": 0.7}"#] {
+        let priced = Priced {
+            calls: 0.into(),
+            fail: 0.into(),
+        };
+        let scorer = libroute_scorer {
+            callback: Some(count_and_price),
+            user_data: (&raw const priced).cast_mut().cast(),
+            inputs: 0,
+        };
+        let keep = libroute_filter {
+            callback: Some(keep_all),
+            user_data: ptr::null_mut(),
+            inputs: 0,
+        };
+        let with_knobs = |filters: &[libroute_filter]| {
+            let mut p = ptr::null_mut();
+            // SAFETY: valid arrays and out-pointer.
+            let rc = unsafe {
+                libroute_policy_new_with_components(
+                    knobs.as_ptr().cast(),
+                    knobs.len(),
+                    filters.as_ptr(),
+                    filters.len(),
+                    &raw const scorer,
+                    1,
+                    &raw mut p,
+                )
+            };
+            assert_eq!(rc, libroute_status::Ok);
+            p
+        };
+        let (one_pass, general) = (with_knobs(&[]), with_knobs(&[keep]));
+        let (fast, slow) = (new_selector(16), new_selector(16));
+        for _ in 0..40 {
+            let rows: Vec<libroute_row> = (0..=next(12))
+                .map(|i| {
+                    let mut r = row(i, u32::try_from(next(5)).unwrap(), next(30));
+                    r.worker.dp_rank = u32::from(next(4) == 0);
+                    if next(8) == 0 {
+                        r.flags |= LIBROUTE_ROW_OVERLOADED;
+                    }
+                    r
+                })
+                .collect();
+            let req = request(16 * (1 + next(6)));
+            let before = priced.calls.get();
+            let picked = select(one_pass, fast, &req, &rows);
+            assert!(priced.calls.get() <= before + 1, "asked at most once");
+            assert_eq!(picked, select(general, slow, &req, &rows));
+            let last = |s| {
+                let (mut idx, mut costs, mut n) = ([0usize; 16], [0.0; 16], 0);
+                // SAFETY: a live handle and valid buffers.
+                let rc = unsafe {
+                    libroute_selector_last_costs(
+                        s,
+                        idx.as_mut_ptr(),
+                        costs.as_mut_ptr(),
+                        16,
+                        &raw mut n,
+                    )
+                };
+                assert_eq!(rc, libroute_status::Ok);
+                (idx[..n].to_vec(), costs[..n].to_vec())
+            };
+            if picked.is_ok() {
+                assert_eq!(last(fast), last(slow));
+            }
+        }
+        priced.fail.set(9);
+        let rows = [row(1, 0, 0), row(2, 0, 3)];
+        let before = priced.calls.get();
+        assert_eq!(
+            select(one_pass, fast, &request(32), &rows),
+            Err(libroute_status::ScorerFailed)
+        );
+        assert_eq!(
+            priced.calls.get(),
+            before + 1,
+            "a failing scorer is asked once"
+        );
+        assert!(last_error().contains("code 9"), "{}", last_error());
+        // SAFETY: live handles.
+        unsafe {
+            libroute_policy_free(one_pass);
+            libroute_policy_free(general);
+            libroute_selector_free(fast);
+            libroute_selector_free(slow);
+        }
+    }
+}
+
 fn policy_with(
     filters: &[libroute_filter],
     scorers: &[libroute_scorer],
