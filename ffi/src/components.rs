@@ -195,6 +195,28 @@ impl Scorer for AnyScorer {
             }
         }
     }
+
+    /// The default cost's one pass: a policy of it and C scorers then admits and prices every
+    /// row in one loop, and asks the C scorers about its candidates (a C scorer has no pass).
+    fn score_all_rows(
+        &self,
+        request: &RequestView<'_>,
+        rows: &[Row],
+        order: &mut [u32],
+        costs: &mut [f64],
+    ) -> Option<usize> {
+        match self {
+            AnyScorer::Default(d) => d.score_all_rows(request, rows, order, costs),
+            AnyScorer::C(_) => None,
+        }
+    }
+
+    fn costs_are_per_row(&self) -> bool {
+        match self {
+            AnyScorer::Default(d) => d.costs_are_per_row(),
+            AnyScorer::C(_) => false,
+        }
+    }
 }
 
 pub(crate) struct AbiFilters(pub(crate) Vec<CFilter>);
