@@ -14,13 +14,14 @@ use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use libroute_benches::{bench_fleet, router_prompts};
 use libroute_core::{DefaultKnobs, Request, Row, Selector, WorkerKey};
 use route::{
-    libroute_kv_event, libroute_kv_kind, libroute_policy, libroute_policy_free,
-    libroute_policy_new_default, libroute_request, libroute_router, libroute_router_add_worker,
+    LIBROUTE_INPUT_LOAD, libroute_kv_event, libroute_kv_kind, libroute_policy,
+    libroute_policy_free, libroute_policy_new_default, libroute_policy_new_with_components,
+    libroute_request, libroute_request_info, libroute_router, libroute_router_add_worker,
     libroute_router_apply_kv_events, libroute_router_config, libroute_router_fleet_add,
     libroute_router_free, libroute_router_free_request, libroute_router_new, libroute_router_route,
-    libroute_router_route_fleet, libroute_row, libroute_select, libroute_selection,
-    libroute_selector, libroute_selector_free, libroute_selector_new, libroute_status,
-    libroute_worker,
+    libroute_router_route_fleet, libroute_row, libroute_scorer, libroute_select,
+    libroute_selection, libroute_selector, libroute_selector_free, libroute_selector_new,
+    libroute_status, libroute_worker,
 };
 
 type SelectFn = unsafe extern "C" fn(
@@ -77,6 +78,57 @@ fn c_default(capacity: usize) -> (*mut libroute_policy, *mut libroute_selector) 
     (c_policy, c_selector)
 }
 
+/// A C scorer of the kind a server adds to the default cost: a hundredth of each candidate's
+/// active requests.
+unsafe extern "C" fn c_requests_scorer(
+    _: *mut std::ffi::c_void,
+    _: *const libroute_request_info,
+    rows: *const libroute_row,
+    order: *const u32,
+    len: usize,
+    costs: *mut f64,
+) -> i32 {
+    // SAFETY: libroute passes `len` indices into `rows` and `len` costs.
+    let (order, costs) = unsafe {
+        (
+            std::slice::from_raw_parts(order, len),
+            std::slice::from_raw_parts_mut(costs, len),
+        )
+    };
+    for (cost, &i) in costs.iter_mut().zip(order) {
+        // SAFETY: each index is a row of `rows`.
+        let row = unsafe { &*rows.add(i as usize) };
+        #[allow(clippy::cast_precision_loss, reason = "a bench's cost")]
+        let requests = row.active_requests as f64;
+        *cost = 0.01 * requests;
+    }
+    0
+}
+
+/// The C ABI's default cost with [`c_requests_scorer`] added.
+fn c_with_scorer() -> *mut libroute_policy {
+    let scorer = libroute_scorer {
+        callback: Some(c_requests_scorer),
+        user_data: ptr::null_mut(),
+        inputs: LIBROUTE_INPUT_LOAD,
+    };
+    let mut policy = ptr::null_mut();
+    // SAFETY: no knobs, no filters, one scorer, a valid out-pointer.
+    let rc = unsafe {
+        libroute_policy_new_with_components(
+            ptr::null(),
+            0,
+            ptr::null(),
+            0,
+            &raw const scorer,
+            1,
+            &raw mut policy,
+        )
+    };
+    assert_eq!(rc, libroute_status::Ok);
+    policy
+}
+
 fn abi(c: &mut Criterion) {
     let mut group = c.benchmark_group("abi");
     let policy = DefaultKnobs::default().build().unwrap();
@@ -118,11 +170,39 @@ fn abi(c: &mut Criterion) {
             });
         });
     }
+    // The default cost plus a C scorer (`libroute_policy_new_with_components`).
+    let c_scored = c_with_scorer();
+    for n in [64u64, 1024] {
+        let rows = bench_fleet(n);
+        group.bench_with_input(BenchmarkId::new("c-abi/c-scorer", n), &rows, |b, rows| {
+            let c_rows: *const libroute_row = rows.as_ptr().cast();
+            // SAFETY: `libroute_selection` is plain data.
+            let mut out: libroute_selection = unsafe { std::mem::zeroed() };
+            b.iter(|| {
+                // SAFETY: as above.
+                let rc = unsafe {
+                    select(
+                        c_scored,
+                        c_selector,
+                        black_box(&raw const c_request),
+                        c_rows,
+                        rows.len(),
+                        &raw mut out,
+                        ptr::null_mut(),
+                        0,
+                    )
+                };
+                assert_eq!(rc, libroute_status::Ok);
+                black_box(out.row)
+            });
+        });
+    }
     group.finish();
     // SAFETY: live handles, freed once.
     unsafe {
         libroute_selector_free(c_selector);
         libroute_policy_free(c_policy);
+        libroute_policy_free(c_scored);
     }
 }
 
