@@ -444,7 +444,14 @@ fn c_scorers_with_the_default_cost_select_as_through_the_general_steps() {
         state ^= state << 17;
         state % below
     };
-    for knobs in ["{}", r#"{"temperature": 0.7}"#] {
+    // Miri perturbs the last bits of each `exp` it evaluates (its floats are not deterministic),
+    // so two samplings of the same costs agree only natively.
+    let knobs: &[&str] = if cfg!(miri) {
+        &["{}"]
+    } else {
+        &["{}", r#"{"temperature": 0.7}"#]
+    };
+    for knobs in knobs {
         let priced = Priced {
             calls: 0.into(),
             fail: 0.into(),
