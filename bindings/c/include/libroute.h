@@ -612,7 +612,8 @@ typedef struct libroute_filter {
  * A scorer callback: write `costs[k]` for candidate `k`, whose row is `rows[order[k]]`, for
  * `k < len`. `costs` arrives filled with NaN; an unwritten, NaN or infinite cost fails the
  * selection with `LIBROUTE_STATUS_NON_FINITE_COST`. Return 0, or a non-zero code to fail it with
- * `LIBROUTE_STATUS_SCORER_FAILED`.
+ * `LIBROUTE_STATUS_SCORER_FAILED`. Called at most once per selection, with the candidates every
+ * filter kept.
  */
 typedef int32_t (*libroute_scorer_fn)(void *user_data,
                                       const struct libroute_request_info *request,
