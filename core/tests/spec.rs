@@ -911,6 +911,24 @@ fn bad_input_is_an_error_value_naming_what_was_wrong() {
             worker: w(5)
         })
     );
+    // A duplicate in otherwise canonical order (the one pass checks the order as it reads),
+    // and two ranks of one worker, which are not duplicates.
+    assert_eq!(
+        seeded.select(&mut selector(), &Request::new(16, 16), &tied(&[1, 5, 5])),
+        Err(SelectError::DuplicateWorker {
+            row: 2,
+            worker: w(5)
+        })
+    );
+    let ranks = [
+        Row::new(WorkerKey::new(5, 0)),
+        Row::new(WorkerKey::new(5, 1)),
+    ];
+    assert!(
+        seeded
+            .select(&mut selector(), &Request::new(16, 16), &ranks)
+            .is_ok()
+    );
     assert!(
         SelectError::NonFiniteCost { scorer: 2, row: 9 }
             .to_string()
