@@ -726,7 +726,7 @@ impl<F: Filters, S: Scorers, P: Picker> Policy<F, S, P> {
         } else {
             (0..scorers).find(|&s| self.scorers.get(s).is_some_and(Scorer::costs_are_per_row))?
         };
-        if sort && !rows.windows(2).all(|pair| pair[0].worker < pair[1].worker) {
+        if sort && !in_canonical_order(rows) {
             return None;
         }
         let (leg, n, capacity) = (request.leg(), rows.len(), scratch.capacity);
@@ -836,6 +836,15 @@ fn first_non_finite(values: &[f64]) -> Option<usize> {
     } else {
         values.iter().position(|v| !v.is_finite())
     }
+}
+
+/// Whether the rows' workers are strictly increasing (seeded mode's canonical order): first
+/// whether their ids are, without a branch per row, else by whole keys (ranks of one id).
+fn in_canonical_order(rows: &[Row]) -> bool {
+    let ids_increase = rows.windows(2).fold(true, |ok, pair| {
+        ok & (pair[0].worker.worker_id < pair[1].worker.worker_id)
+    });
+    ids_increase || rows.windows(2).all(|pair| pair[0].worker < pair[1].worker)
 }
 
 /// The error for the first invalid row of `rows`.
