@@ -840,6 +840,10 @@ fn first_non_finite(values: &[f64]) -> Option<usize> {
 
 /// Whether the rows' workers are strictly increasing (seeded mode's canonical order): first
 /// whether their ids are, without a branch per row, else by whole keys (ranks of one id).
+#[allow(
+    clippy::needless_bitwise_bool,
+    reason = "`&` keeps the loop free of branches"
+)]
 fn in_canonical_order(rows: &[Row]) -> bool {
     let ids_increase = rows.windows(2).fold(true, |ok, pair| {
         ok & (pair[0].worker.worker_id < pair[1].worker.worker_id)
