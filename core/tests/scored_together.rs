@@ -311,3 +311,38 @@ fn the_catalog_ttft_type_matches_its_parts_alone() {
     assert_eq!(x.contributions(), y.contributions());
     assert!(a.last_costs().eq(b.last_costs()));
 }
+
+/// `score_run` called by hand with columns not laid out as the engine lays them out (closer
+/// than the candidates, or too short for the run) declines, writing nothing, instead of
+/// panicking or scoring into overlapping columns.
+#[test]
+fn a_run_over_columns_the_engine_would_not_pass_declines() {
+    let catalog = serde_json::from_str::<catalog_config::PolicyConfig>(r#"{"type": "llm_d"}"#)
+        .unwrap()
+        .build()
+        .unwrap();
+    let run = catalog.scorers();
+    let rows: Vec<Row> = (0..4u64)
+        .map(|i| {
+            Row::new(WorkerKey::new(i, 0)).with_load(Load {
+                available: true,
+                active_requests: i,
+                ..Load::default()
+            })
+        })
+        .collect();
+    let request = Request::new(64, 16);
+    let view = RequestView::new(&request, WorkerInputs::CACHE | WorkerInputs::LOAD);
+    let order = [0u32, 1, 2, 3];
+    let candidates = Candidates::new(view, &rows, &order);
+    let needed = (run.len() - 1) * 4 + 4;
+    for (stride, len) in [(0, needed), (3, needed), (4, needed - 1), (4, 0)] {
+        let mut columns = vec![7.0; len];
+        let scored = WeightedScorer::score_run(run, &view, &candidates, &mut columns, stride);
+        assert!(scored.is_none(), "stride {stride}, {len} values");
+        assert!(columns.iter().all(|&c| c == 7.0), "nothing written");
+    }
+    let mut columns = vec![7.0; needed];
+    let scored = WeightedScorer::score_run(run, &view, &candidates, &mut columns, 4);
+    assert!(matches!(scored, Some(Ok(()))), "{} scorers", run.len());
+}

@@ -754,14 +754,14 @@ impl Gather<'_> {
         q: usize,
         queues: &mut QueueRange,
     ) {
-        let n = self.order.len();
-        let (at_p, at_q) = (p * self.stride, q * self.stride);
-        assert!(at_p.max(at_q) + n <= columns.len(), "columns hold the run");
-        for (k, &i) in self.order.iter().enumerate() {
+        let [to_p, to_q] = self.columns(columns, [p, q]);
+        let mut range = *queues;
+        for ((&i, cp), cq) in self.order.iter().zip(to_p).zip(to_q) {
             let row = &self.rows[i as usize];
-            columns[at_p + k] = prefix.credit(row);
-            columns[at_q + k] = queues.add(row);
+            *cp = prefix.credit(row);
+            *cq = range.add(row);
         }
+        *queues = range;
     }
 
     /// The prefix credit into column `p`, the used blocks into `u` and the queue into `q`.
@@ -773,18 +773,32 @@ impl Gather<'_> {
         q: usize,
         queues: &mut QueueRange,
     ) {
-        let n = self.order.len();
-        let (at_p, at_u, at_q) = (p * self.stride, u * self.stride, q * self.stride);
-        assert!(
-            at_p.max(at_u).max(at_q) + n <= columns.len(),
-            "columns hold the run"
-        );
-        for (k, &i) in self.order.iter().enumerate() {
+        let [to_p, to_u, to_q] = self.columns(columns, [p, u, q]);
+        let mut range = *queues;
+        for (((&i, cp), cu), cq) in self.order.iter().zip(to_p).zip(to_u).zip(to_q) {
             let row = &self.rows[i as usize];
-            columns[at_p + k] = prefix.credit(row);
-            columns[at_u + k] = KvUtilizationScore::used(row);
-            columns[at_q + k] = queues.add(row);
+            *cp = prefix.credit(row);
+            *cu = KvUtilizationScore::used(row);
+            *cq = range.add(row);
         }
+        *queues = range;
+    }
+
+    /// Columns `which` (distinct), each as long as the candidates, borrowed apart: a loop that
+    /// writes several then needs no bounds check per write.
+    fn columns<'c, const N: usize>(
+        self,
+        columns: &'c mut [f64],
+        which: [usize; N],
+    ) -> [&'c mut [f64]; N] {
+        let n = self.order.len();
+        let mut out: [Option<&'c mut [f64]>; N] = [const { None }; N];
+        for (s, column) in columns.chunks_mut(self.stride).enumerate() {
+            if let Some(j) = which.iter().position(|&w| w == s) {
+                out[j] = column.get_mut(..n);
+            }
+        }
+        out.map(|column| column.expect("columns hold the run"))
     }
 }
 
@@ -1808,7 +1822,11 @@ impl Scorer for WeightedScorer {
         columns: &mut [f64],
         stride: usize,
     ) -> Option<Result<(), (usize, ComponentError)>> {
+        // The columns as the engine passes them: apart, each as long as the candidates.
+        let n = candidates.len();
         if run.len() > MAX_SCORERS
+            || stride < n
+            || columns.len() < run.len().saturating_sub(1) * stride + n
             || !run
                 .iter()
                 .all(|w| request.inputs().contains(w.inputs(request.leg())))
