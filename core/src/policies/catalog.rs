@@ -15,7 +15,7 @@ use crate::engine::{
     Scorers, Verdict,
 };
 use crate::engine::{LEFT_OUT, MAX_SCORERS, compact_left_out, mark_unfiltered, refusal_among};
-use crate::policies::default::{for_each_odd_row, tidy_reference};
+use crate::policies::default::{EXACT_LIMIT, exact_f64, for_each_odd_row, tidy_reference};
 use crate::policies::{DefaultCost, DefaultPicker};
 use crate::vocab::{Candidates, RequestView, RowView, WorkerInputs};
 use crate::vocab::{Leg, Load, Row, RowFlags, Speed, TaintSet, WorkerKey};
@@ -601,7 +601,13 @@ impl KvUtilizationScore {
     /// A row's used blocks, `active_decode_blocks` (0 without LOAD).
     #[inline]
     fn used(row: &Row) -> f64 {
-        as_cost(LoadMetric::ActiveBlocks.of(row.load()))
+        as_cost(Self::blocks(row))
+    }
+
+    /// A row's used blocks (`active_decode_blocks`, 0 without LOAD).
+    #[inline]
+    fn blocks(row: &Row) -> u64 {
+        LoadMetric::ActiveBlocks.of(row.load())
     }
 
     /// The capacity the used blocks are divided by.
@@ -689,9 +695,15 @@ impl QueueRange {
     #[inline]
     fn add(&mut self, row: &Row) -> f64 {
         let load = QueueScore::queue(row);
+        self.take(load);
+        as_cost(load)
+    }
+
+    /// Takes a queue into the range.
+    #[inline]
+    fn take(&mut self, load: u64) {
         self.lo = self.lo.min(load);
         self.hi = self.hi.max(load);
-        as_cost(load)
     }
 
     /// Turns the queues [`QueueRange::add`] returned (in `costs`, for the rows `order` lists)
@@ -775,11 +787,31 @@ impl Gather<'_> {
     ) {
         let [to_p, to_u, to_q] = self.columns(columns, [p, u, q]);
         let mut range = *queues;
-        for (((&i, cp), cu), cq) in self.order.iter().zip(to_p).zip(to_u).zip(to_q) {
+        // The used blocks and the queue converted through `exact_f64` (an OR and a subtraction,
+        // where `as f64` from 64 bits takes SSE2 six instructions), valid below `EXACT_LIMIT`:
+        // `high` collects their bits, and a fleet with a larger counter converts again.
+        let mut high = 0;
+        for (((&i, cp), cu), cq) in self
+            .order
+            .iter()
+            .zip(&mut *to_p)
+            .zip(&mut *to_u)
+            .zip(&mut *to_q)
+        {
             let row = &self.rows[i as usize];
             *cp = prefix.credit(row);
-            *cu = KvUtilizationScore::used(row);
-            *cq = range.add(row);
+            let (used, queue) = (KvUtilizationScore::blocks(row), QueueScore::queue(row));
+            high |= used | queue;
+            *cu = exact_f64(used);
+            *cq = exact_f64(queue);
+            range.take(queue);
+        }
+        if high >= EXACT_LIMIT {
+            for ((&i, cu), cq) in self.order.iter().zip(to_u).zip(to_q) {
+                let row = &self.rows[i as usize];
+                *cu = KvUtilizationScore::used(row);
+                *cq = as_cost(QueueScore::queue(row));
+            }
         }
         *queues = range;
     }
