@@ -185,6 +185,67 @@ fn session_affinity_is_consistent_and_falls_back() {
     }
 }
 
+/// Session affinity's costs against the rule written plainly: the owner is the largest
+/// `(hash, worker)` among the rows with the request's required taints, and every candidate
+/// listing the owner's worker costs -1, every other 0. Random fleets of up to 24 rows over ten
+/// workers (so workers are listed twice), two ranks, taints, overloaded rows, sessions and
+/// required taints.
+#[test]
+fn session_affinity_matches_the_rule_written_plainly() {
+    let mut state = 0x2545_f491_4f6c_dd1du64;
+    let mut next = |below: u64| {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state % below
+    };
+    for case in 0..3000 {
+        let rows: Vec<Row> = (0..=next(24))
+            .map(|_| {
+                let worker = WorkerKey::new(next(10), u32::try_from(next(2)).unwrap());
+                Row::new(worker)
+                    .with_taints(TaintSet(next(4)))
+                    .overloaded(next(5) == 0)
+            })
+            .collect();
+        let (session, required) = (next(1 << 40), TaintSet(next(3)));
+        let request = Request::new(64, 16)
+            .session(session)
+            .required_taints(required);
+        let view = RequestView::new(&request, WorkerInputs::NONE);
+        let order: Vec<u32> = (0..rows.len())
+            .filter(|&i| rows[i].is_candidate(required))
+            .map(|i| u32::try_from(i).unwrap())
+            .collect();
+        let mut costs = vec![f64::NAN; order.len()];
+        SessionAffinity
+            .score(&view, &Candidates::new(view, &rows, &order), &mut costs)
+            .unwrap();
+        let owner = rows
+            .iter()
+            .filter(|r| r.taints.contains_all(required))
+            .map(|r| {
+                (
+                    rendezvous_hash(session, r.worker.worker_id, r.worker.dp_rank),
+                    r.worker,
+                )
+            })
+            .max()
+            .map(|(_, worker)| worker);
+        let expected: Vec<f64> = order
+            .iter()
+            .map(|&i| {
+                if Some(rows[i as usize].worker) == owner {
+                    -1.0
+                } else {
+                    0.0
+                }
+            })
+            .collect();
+        assert_eq!(costs, expected, "case {case}");
+    }
+}
+
 #[test]
 fn filters_remove_with_their_reasons() {
     let rows = [
