@@ -876,19 +876,21 @@ impl Scorer for SessionAffinity {
         let required = request.required_taints();
         let mut owner: Option<((u64, WorkerKey), usize)> = None;
         let mut listed = 0usize;
+        // The owner's hash (0 before the first): a row with a lower hash cannot be the owner
+        // nor list it, so most rows cost the hash and one comparison.
+        let mut owner_hash = 0;
         for (i, r) in rows.iter().enumerate() {
-            if !r.taints.contains_all(required) {
+            let hash = rendezvous_hash(session, r.worker.worker_id, r.worker.dp_rank);
+            if hash < owner_hash || !r.taints.contains_all(required) {
                 continue;
             }
-            let key = (
-                rendezvous_hash(session, r.worker.worker_id, r.worker.dp_rank),
-                r.worker,
-            );
+            let key = (hash, r.worker);
             match owner {
                 Some((best, _)) if key < best => {}
                 Some((best, _)) if key == best => listed += 1,
                 _ => {
                     owner = Some((key, i));
+                    owner_hash = hash;
                     listed = 1;
                 }
             }
