@@ -136,6 +136,8 @@ fn abi(c: &mut Criterion) {
     let request = Request::new(2048, 16);
     let c_request = c_request(0);
     let (c_policy, c_selector) = c_default(4096);
+    // The default cost plus a C scorer (`libroute_policy_new_with_components`).
+    let c_scored = c_with_scorer();
     let select: SelectFn = black_box(libroute_select);
     for n in [64u64, 1024] {
         let rows = bench_fleet(n);
@@ -146,56 +148,33 @@ fn abi(c: &mut Criterion) {
                     .unwrap()
             });
         });
-        group.bench_with_input(BenchmarkId::new("c-abi", n), &rows, |b, rows| {
-            // SAFETY: `libroute_row` has `Row`'s layout (a compile-time check in the ffi crate).
-            let c_rows: *const libroute_row = rows.as_ptr().cast();
-            // SAFETY: `libroute_selection` is plain data.
-            let mut out: libroute_selection = unsafe { std::mem::zeroed() };
-            b.iter(|| {
-                // SAFETY: live handles, a valid request, `rows.len()` rows and an out-pointer.
-                let rc = unsafe {
-                    select(
-                        c_policy,
-                        c_selector,
-                        black_box(&raw const c_request),
-                        c_rows,
-                        rows.len(),
-                        &raw mut out,
-                        ptr::null_mut(),
-                        0,
-                    )
-                };
-                assert_eq!(rc, libroute_status::Ok);
-                black_box(out.row)
+        for (name, c_policy) in [("c-abi", c_policy), ("c-abi/c-scorer", c_scored)] {
+            group.bench_with_input(BenchmarkId::new(name, n), &rows, |b, rows| {
+                // SAFETY: `libroute_row` has `Row`'s layout (a compile-time check in the ffi
+                // crate).
+                let c_rows: *const libroute_row = rows.as_ptr().cast();
+                // SAFETY: `libroute_selection` is plain data.
+                let mut out: libroute_selection = unsafe { std::mem::zeroed() };
+                b.iter(|| {
+                    // SAFETY: live handles, a valid request, `rows.len()` rows and an
+                    // out-pointer.
+                    let rc = unsafe {
+                        select(
+                            c_policy,
+                            c_selector,
+                            black_box(&raw const c_request),
+                            c_rows,
+                            rows.len(),
+                            &raw mut out,
+                            ptr::null_mut(),
+                            0,
+                        )
+                    };
+                    assert_eq!(rc, libroute_status::Ok);
+                    black_box(out.row)
+                });
             });
-        });
-    }
-    // The default cost plus a C scorer (`libroute_policy_new_with_components`).
-    let c_scored = c_with_scorer();
-    for n in [64u64, 1024] {
-        let rows = bench_fleet(n);
-        group.bench_with_input(BenchmarkId::new("c-abi/c-scorer", n), &rows, |b, rows| {
-            let c_rows: *const libroute_row = rows.as_ptr().cast();
-            // SAFETY: `libroute_selection` is plain data.
-            let mut out: libroute_selection = unsafe { std::mem::zeroed() };
-            b.iter(|| {
-                // SAFETY: as above.
-                let rc = unsafe {
-                    select(
-                        c_scored,
-                        c_selector,
-                        black_box(&raw const c_request),
-                        c_rows,
-                        rows.len(),
-                        &raw mut out,
-                        ptr::null_mut(),
-                        0,
-                    )
-                };
-                assert_eq!(rc, libroute_status::Ok);
-                black_box(out.row)
-            });
-        });
+        }
     }
     group.finish();
     // SAFETY: live handles, freed once.
