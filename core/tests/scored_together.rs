@@ -345,4 +345,8 @@ fn a_run_over_columns_the_engine_would_not_pass_declines() {
     let mut columns = vec![7.0; needed];
     let scored = WeightedScorer::score_run(run, &view, &candidates, &mut columns, 4);
     assert!(matches!(scored, Some(Ok(()))), "{} scorers", run.len());
+    // No candidate and a stride of 0: nothing to score, and no layout to split.
+    let none = Candidates::new(view, &rows, &[]);
+    let scored = WeightedScorer::score_run(run, &view, &none, &mut [], 0);
+    assert!(scored.is_none());
 }

@@ -1856,10 +1856,11 @@ impl Scorer for WeightedScorer {
         columns: &mut [f64],
         stride: usize,
     ) -> Option<Result<(), (usize, ComponentError)>> {
-        // The columns as the engine passes them: apart, each as long as the candidates.
+        // The columns as the engine passes them: apart (at least one value apart), each as
+        // long as the candidates.
         let n = candidates.len();
         if run.len() > MAX_SCORERS
-            || stride < n
+            || stride < n.max(1)
             || columns.len() < run.len().saturating_sub(1) * stride + n
             || !run
                 .iter()
