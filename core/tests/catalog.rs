@@ -192,13 +192,8 @@ fn session_affinity_is_consistent_and_falls_back() {
 /// required taints.
 #[test]
 fn session_affinity_matches_the_rule_written_plainly() {
-    let mut state = 0x2545_f491_4f6c_dd1du64;
-    let mut next = |below: u64| {
-        state ^= state << 13;
-        state ^= state >> 7;
-        state ^= state << 17;
-        state % below
-    };
+    let mut rng = WyRand::with_seed(7);
+    let mut next = |below: u64| rng::index(&mut rng, below);
     for case in 0..3000 {
         let rows: Vec<Row> = (0..=next(24))
             .map(|_| {

@@ -437,13 +437,8 @@ unsafe extern "C" fn keep_all(
 /// temperature; and its scorer is called once per selection, failing or not.
 #[test]
 fn c_scorers_with_the_default_cost_select_as_through_the_general_steps() {
-    let mut state = 0x9e37_79b9_7f4a_7c15u64;
-    let mut next = |below: u64| {
-        state ^= state << 13;
-        state ^= state >> 7;
-        state ^= state << 17;
-        state % below
-    };
+    let mut rng = libroute_core::WyRand::with_seed(7);
+    let mut next = |below: u64| libroute_core::rng::index(&mut rng, below);
     // Miri perturbs the last bits of each `exp` it evaluates (its floats are not deterministic),
     // so two samplings of the same costs agree only natively.
     let knobs: &[&str] = if cfg!(miri) {
