@@ -563,29 +563,46 @@ where
     /// (evicting one by the clock when full) and marking them referenced.
     pub(crate) fn set_bits(&mut self, row: usize, bit: u32, hashes: &[u64]) {
         let (word, mask) = ((bit / 64) as usize, 1u64 << (bit % 64));
-        for &hash in hashes {
-            let i = match self.blocks.probe(hash) {
-                Ok(i) => i,
-                // Placed where the search ended, before a block is evicted: an eviction may open
-                // a slot earlier on its path, and the search would have to run again.
-                Err(vacancy) => match self.blocks.place(vacancy, hash, BlockEntry::default()) {
-                    Ok(()) => vacancy,
-                    Err(_) => continue, // unreachable: at most one block past the capacity
-                },
-            };
-            let entry = self.blocks.value_mut(i);
-            entry.set(row, word, mask);
-            entry.referenced = true;
-            if self.blocks.len() > self.blocks.capacity() {
-                self.evict(i);
+        for chunk in hashes.chunks(FIND_AHEAD) {
+            // Each block's home slot is read first, for the whole chunk and without a branch, so
+            // the reads' cache misses overlap; the searches below then start in cache.
+            let mut at_home = [None; FIND_AHEAD];
+            self.blocks.at_homes(chunk, &mut at_home);
+            for (&hash, &home) in chunk.iter().zip(&at_home) {
+                self.set_bit(row, word, mask, hash, home);
             }
+        }
+    }
+
+    /// Sets the bit for one block of [`PrefixIndex::set_bits`], found in its home slot `home` a
+    /// moment ago (checked again: an eviction since may have removed it).
+    fn set_bit(&mut self, row: usize, word: usize, mask: u64, hash: u64, home: Option<usize>) {
+        let i = match self.blocks.probe_from(home, hash) {
+            Ok(i) => i,
+            // Placed where the search ended, before a block is evicted: an eviction may open
+            // a slot earlier on its path, and the search would have to run again.
+            Err(vacancy) => match self.blocks.place(vacancy, hash, BlockEntry::default()) {
+                Ok(()) => vacancy,
+                Err(_) => return, // unreachable: at most one block past the capacity
+            },
+        };
+        let entry = self.blocks.value_mut(i);
+        entry.set(row, word, mask);
+        entry.referenced = true;
+        if self.blocks.len() > self.blocks.capacity() {
+            self.evict(i);
         }
     }
 
     /// Clears `bit` in row `row` of block `hash`, deleting the block when nobody holds it;
     /// returns whether the block was present.
     pub(crate) fn clear_bit(&mut self, row: usize, bit: u32, hash: u64) -> bool {
-        let Some(i) = self.blocks.find(hash) else {
+        self.clear_bit_from(None, row, bit, hash)
+    }
+
+    /// [`PrefixIndex::clear_bit`], trying slot `hint` first (see [`Table::probe_from`]).
+    fn clear_bit_from(&mut self, hint: Option<usize>, row: usize, bit: u32, hash: u64) -> bool {
+        let Ok(i) = self.blocks.probe_from(hint, hash) else {
             return false;
         };
         let entry = self.blocks.value_mut(i);
@@ -607,9 +624,14 @@ where
             self.counters.ignored_events += 1;
             return;
         };
-        for &hash in hashes {
-            if !self.clear_bit(tier as usize, bit, hash) {
-                self.counters.ignored_events += 1;
+        for chunk in hashes.chunks(FIND_AHEAD) {
+            // Home slots read first, as in `set_bits`.
+            let mut at_home = [None; FIND_AHEAD];
+            self.blocks.at_homes(chunk, &mut at_home);
+            for (&hash, &home) in chunk.iter().zip(&at_home) {
+                if !self.clear_bit_from(home, tier as usize, bit, hash) {
+                    self.counters.ignored_events += 1;
+                }
             }
         }
     }
@@ -682,11 +704,12 @@ where
         for n in 0..hashes.len() {
             let ahead = n % FIND_AHEAD;
             if ahead == 0 {
-                for (slot, &hash) in found.iter_mut().zip(&hashes[n..]) {
-                    *slot = self.blocks.find(hash);
-                }
+                // Home slots only, without a branch (`Table::at_home`): a probe's branches
+                // would wait for each read in turn. A block elsewhere is searched for below.
+                self.blocks.at_homes(&hashes[n..], &mut found);
             }
-            let Some(i) = found[ahead] else {
+            // Nothing moves during a query: a block seen at home is there.
+            let Some(i) = found[ahead].or_else(|| self.blocks.find(hashes[n])) else {
                 break;
             };
             let BlockEntry { held, rows, .. } = self.blocks.value(i);

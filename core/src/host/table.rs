@@ -170,6 +170,39 @@ impl<K: TableKey, V: Copy + Default, S: AsRef<[Slot<K, V>]> + AsMut<[Slot<K, V>]
         }
     }
 
+    /// `key`'s home slot if `key` is there, read without a branch: a pass over a batch's keys
+    /// that asks this of each issues all their first reads at once (their cache misses overlap),
+    /// where a probe's data-dependent branches would wait for each read in turn.
+    #[allow(
+        clippy::needless_bitwise_bool,
+        reason = "both operands are read anyway: `&&` would add the branch this avoids"
+    )]
+    #[inline]
+    pub(crate) fn at_home(&self, key: K) -> Option<usize> {
+        let home = self.home(key);
+        let s = &self.slots.as_ref()[home];
+        (s.used & (s.key == key)).then_some(home)
+    }
+
+    /// [`Table::at_home`] for each of `keys` into `out`, as far as the shorter goes: one pass
+    /// whose reads all start before the first returns.
+    #[inline]
+    pub(crate) fn at_homes(&self, keys: &[K], out: &mut [Option<usize>]) {
+        for (home, &key) in out.iter_mut().zip(keys) {
+            *home = self.at_home(key);
+        }
+    }
+
+    /// [`Table::probe`], trying slot `hint` first (where `key` was seen a moment ago, as
+    /// [`Table::at_home`] saw it): checked, since a removal since may have moved or dropped it.
+    #[inline]
+    pub(crate) fn probe_from(&self, hint: Option<usize>, key: K) -> Result<usize, usize> {
+        match hint {
+            Some(i) if self.is_used(i) && self.key(i) == key => Ok(i),
+            _ => self.probe(key),
+        }
+    }
+
     /// Puts absent `key` with `value` at `vacancy`, the empty slot [`Table::probe`] returned for
     /// it with nothing removed since (a removal may open a slot earlier on its path), saving
     /// [`Table::insert`]'s search. One key past the capacity is allowed, for a caller that

@@ -370,11 +370,13 @@ impl<S: AsRef<[EngineSlot]> + AsMut<[EngineSlot]>> KvIngest<S> {
                 *slot = hash;
                 n += 1;
             }
-            // The chunk's mappings are looked up first: the lookups are independent, so their
-            // cache misses overlap instead of each waiting behind the hashing before it.
+            // The chunk's mappings are looked for in their home slots first, without a branch:
+            // the reads are independent, so their cache misses overlap instead of each waiting
+            // behind the hashing before it (a mapping elsewhere is found by `map_block`'s search,
+            // which starts in cache then).
             let mut found = [None; CHUNK];
             for (slot, &hash) in found.iter_mut().zip(&engine[..n]) {
-                *slot = self.map.find(EngineBlock { worker, hash });
+                *slot = self.map.at_home(EngineBlock { worker, hash });
             }
             let mut router = [0u64; CHUNK];
             for i in 0..n {
@@ -465,8 +467,8 @@ impl<S: AsRef<[EngineSlot]> + AsMut<[EngineSlot]>> KvIngest<S> {
         flush(index, &chunk[..n]);
     }
 
-    /// Maps `worker`'s engine block `hash` to `router_hash` in `tier`; `hint` is where a lookup
-    /// found it a moment ago (checked: a forgotten mapping may have shifted it since).
+    /// Maps `worker`'s engine block `hash` to `router_hash` in `tier`; `hint` is its home slot
+    /// if it was there a moment ago (checked: a forgotten mapping may have shifted it since).
     fn map_block(
         &mut self,
         hint: Option<usize>,
@@ -476,12 +478,9 @@ impl<S: AsRef<[EngineSlot]> + AsMut<[EngineSlot]>> KvIngest<S> {
         tier: Tier,
     ) {
         let key = EngineBlock { worker, hash };
-        let at = match hint {
-            Some(i) if self.map.is_used(i) && self.map.key(i) == key => Some(i),
-            // Absent a moment ago, or moved: look again (the probe run is in cache now).
-            _ => self.map.find(key),
-        };
-        if let Some(i) = at {
+        // Absent from its home slot a moment ago, or moved: looked for again (the probe run is
+        // in cache now).
+        if let Ok(i) = self.map.probe_from(hint, key) {
             let mapped = self.map.value_mut(i);
             mapped.router_hash = router_hash;
             mapped.tiers |= tier_bit(tier);
