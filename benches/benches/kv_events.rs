@@ -1,6 +1,7 @@
 //! Engines' KV events (issue 15): hashing a prompt's tokens into block hashes, and decoding and
 //! applying `BlockStored` batches of 16 blocks, as vLLM sends them (msgpack, `array_like`), at
-//! steady state (index and engine-hash map full, evicting).
+//! steady state (index and engine-hash map full, evicting), and with removals keeping them from
+//! filling.
 //! `cargo bench -p libroute-benches --bench kv_events`.
 
 use std::hint::black_box;
@@ -47,22 +48,40 @@ fn uint(p: &mut Vec<u8>, v: u64) {
     }
 }
 
-/// `[ts, [["BlockStored", hashes, parent, tokens, 16, None, "GPU"]], 0]`: 16 blocks of random
-/// token ids (a 152k vocabulary), engine hashes as 64-bit integers or 32 bytes (vLLM's sha256).
-fn payload(rng: &mut fastrand::Rng, bytes: bool) -> Vec<u8> {
+/// 16 engine block hashes: 64-bit integers, or 32 bytes (vLLM's sha256), each as msgpack.
+fn engine_hashes(rng: &mut fastrand::Rng, bytes: bool) -> Vec<Vec<u8>> {
+    (0..16)
+        .map(|_| {
+            let mut h = Vec::new();
+            if bytes {
+                h.extend_from_slice(&[0xc4, 32]);
+                h.extend((0..32).map(|_| rng.u8(..)));
+            } else {
+                uint(&mut h, rng.u64(..));
+            }
+            h
+        })
+        .collect()
+}
+
+/// `[ts, [event], 0]`, the event starting with `head` (its array marker and tag) and the 16
+/// `hashes`.
+fn batch_start(head: &[u8], hashes: &[Vec<u8>]) -> Vec<u8> {
     let mut p = vec![0x93, 0xcb];
     p.extend_from_slice(&1.7e9f64.to_bits().to_be_bytes());
-    p.extend_from_slice(&[0x91, 0x97, 0xab]);
-    p.extend_from_slice(b"BlockStored");
+    p.push(0x91);
+    p.extend_from_slice(head);
     p.extend_from_slice(&[0xdc, 0, 16]);
-    for _ in 0..16 {
-        if bytes {
-            p.extend_from_slice(&[0xc4, 32]);
-            p.extend((0..32).map(|_| rng.u8(..)));
-        } else {
-            uint(&mut p, rng.u64(..));
-        }
+    for h in hashes {
+        p.extend_from_slice(h);
     }
+    p
+}
+
+/// `[ts, [["BlockStored", hashes, parent, tokens, 16, None, "GPU"]], 0]`: 16 blocks of random
+/// token ids (a 152k vocabulary) and the engine's `hashes`.
+fn stored(rng: &mut fastrand::Rng, hashes: &[Vec<u8>]) -> Vec<u8> {
+    let mut p = batch_start(b"\x97\xabBlockStored", hashes);
     p.push(0xc0);
     p.extend_from_slice(&[0xdc, 1, 0]); // 256 token ids
     for _ in 0..256 {
@@ -72,13 +91,30 @@ fn payload(rng: &mut fastrand::Rng, bytes: bool) -> Vec<u8> {
     p
 }
 
+/// `[ts, [["BlockRemoved", hashes, "GPU"]], 0]`.
+fn removed(hashes: &[Vec<u8>]) -> Vec<u8> {
+    let mut p = batch_start(b"\x93\xacBlockRemoved", hashes);
+    p.extend_from_slice(&[0xa3, b'G', b'P', b'U', 0]);
+    p
+}
+
+/// A stream of `count` stored batches of new blocks; with `bytes`, engine hashes of 32 bytes.
+fn stream(count: usize, bytes: bool) -> Vec<(Vec<u8>, Vec<u8>)> {
+    let mut rng = fastrand::Rng::with_seed(11);
+    (0..count)
+        .map(|_| {
+            let hashes = engine_hashes(&mut rng, bytes);
+            (stored(&mut rng, &hashes), removed(&hashes))
+        })
+        .collect()
+}
+
 fn ingest(c: &mut Criterion) {
     let mut group = c.benchmark_group("kv-ingest");
     group.throughput(Throughput::Elements(16));
     // The payload checked whole and nothing else: what decoding costs apart from hashing, the
     // engine-hash map and the index.
-    let mut rng = fastrand::Rng::with_seed(11);
-    let payloads: Vec<Vec<u8>> = (0..64).map(|_| payload(&mut rng, false)).collect();
+    let payloads: Vec<Vec<u8>> = stream(64, false).into_iter().map(|(s, _)| s).collect();
     let mut i = 0usize;
     group.bench_function("parse-only/int-hashes", |b| {
         b.iter(|| {
@@ -87,9 +123,9 @@ fn ingest(c: &mut Criterion) {
         });
     });
     for (name, bytes) in [("int-hashes", false), ("bytes-hashes", true)] {
-        let mut rng = fastrand::Rng::with_seed(11);
         // 4,096 batches, 65,536 blocks: twice what the index and the map hold.
-        let payloads: Vec<Vec<u8>> = (0..4096).map(|_| payload(&mut rng, bytes)).collect();
+        let batches = stream(4096, bytes);
+        let payloads: Vec<&[u8]> = batches.iter().map(|(s, _)| s.as_slice()).collect();
         let mut index = PrefixIndex::<_, _, 1>::new(
             vec![BlockSlot::<1>::empty(); 1 << 16],
             vec![WorkerSlot::empty(); 128],
@@ -123,6 +159,38 @@ fn ingest(c: &mut Criterion) {
                 BatchSize::PerIteration,
             );
         });
+        // Each batch's blocks removed 256 batches after they were stored, as an engine reports
+        // what it evicts: both tables hold about 4,096 blocks and never fill. A store and a
+        // removal per iteration, 32 blocks.
+        group.throughput(Throughput::Elements(32));
+        let mut index = PrefixIndex::<_, _, 1>::new(
+            vec![BlockSlot::<1>::empty(); 1 << 16],
+            vec![WorkerSlot::empty(); 128],
+        )
+        .unwrap();
+        let mut kv = KvIngest::new(vec![EngineSlot::empty(); 1 << 16], BLOCK).unwrap();
+        let mut i = 0usize;
+        let lag = 256;
+        let at = |i: usize| {
+            (
+                WorkerKey::new((i % 64) as u64, 0),
+                &batches[i % batches.len()],
+            )
+        };
+        for j in 0..lag {
+            let (worker, (stored, _)) = at(j);
+            kv.apply(&mut index, worker, stored).unwrap();
+        }
+        group.bench_function(format!("stored+removed-16-blocks/{name}"), |b| {
+            b.iter(|| {
+                let (worker, (stored, _)) = at(i + lag);
+                kv.apply(&mut index, worker, black_box(stored)).unwrap();
+                let (worker, (_, removed)) = at(i);
+                i += 1;
+                kv.apply(&mut index, worker, black_box(removed)).unwrap()
+            });
+        });
+        group.throughput(Throughput::Elements(16));
     }
     group.finish();
 }

@@ -364,20 +364,7 @@ impl<S: AsRef<[EngineSlot]> + AsMut<[EngineSlot]>> KvIngest<S> {
         let mut done = 0;
         let mut engine_hashes = stored.hashes();
         loop {
-            let mut engine = [0u64; CHUNK];
-            let mut n = 0;
-            for (slot, hash) in engine.iter_mut().zip(engine_hashes.by_ref()) {
-                *slot = hash;
-                n += 1;
-            }
-            // The chunk's mappings are looked for in their home slots first, without a branch:
-            // the reads are independent, so their cache misses overlap instead of each waiting
-            // behind the hashing before it (a mapping elsewhere is found by `map_block`'s search,
-            // which starts in cache then).
-            let mut found = [None; CHUNK];
-            for (slot, &hash) in found.iter_mut().zip(&engine[..n]) {
-                *slot = self.map.at_home(EngineBlock { worker, hash });
-            }
+            let (engine, found, n) = self.next_chunk(worker, &mut engine_hashes);
             let mut router = [0u64; CHUNK];
             for i in 0..n {
                 let local = match prehashed {
@@ -433,38 +420,60 @@ impl<S: AsRef<[EngineSlot]> + AsMut<[EngineSlot]>> KvIngest<S> {
         W: AsRef<[WorkerSlot]> + AsMut<[WorkerSlot]>,
     {
         let tier = removed.tier();
-        let mut chunk = [0u64; CHUNK];
-        let mut n = 0;
-        let flush = |index: &mut PrefixIndex<B, W, WORDS>, hashes: &[u64]| {
-            if !hashes.is_empty() {
+        let mut engine_hashes = removed.hashes();
+        loop {
+            let (engine, found, n) = self.next_chunk(worker, &mut engine_hashes);
+            let mut router = [0u64; CHUNK];
+            let mut mapped_count = 0;
+            for (&hash, &hint) in engine[..n].iter().zip(&found) {
+                // Checked again: a removal before it in the chunk may have shifted it.
+                let Ok(i) = self.map.probe_from(hint, EngineBlock { worker, hash }) else {
+                    summary.unknown_removals += 1;
+                    continue;
+                };
+                let mapped = self.map.value_mut(i);
+                mapped.tiers &= !tier_bit(tier);
+                router[mapped_count] = mapped.router_hash;
+                if mapped.tiers == 0 {
+                    self.map.remove_at(i);
+                }
+                mapped_count += 1;
+            }
+            summary.removed_blocks += mapped_count;
+            if mapped_count > 0 {
                 // Removals never fail.
                 let _ = index.apply(&KvEvent::Removed {
                     worker,
                     tier,
-                    hashes,
+                    hashes: &router[..mapped_count],
                 });
             }
-        };
-        for hash in removed.hashes() {
-            let key = EngineBlock { worker, hash };
-            let Some(i) = self.map.find(key) else {
-                summary.unknown_removals += 1;
-                continue;
-            };
-            let mapped = self.map.value_mut(i);
-            mapped.tiers &= !tier_bit(tier);
-            chunk[n] = mapped.router_hash;
-            if mapped.tiers == 0 {
-                self.map.remove_at(i);
-            }
-            n += 1;
-            summary.removed_blocks += 1;
-            if n == CHUNK {
-                flush(index, &chunk[..n]);
-                n = 0;
+            if n < CHUNK {
+                break;
             }
         }
-        flush(index, &chunk[..n]);
+    }
+
+    /// The next (up to) [`CHUNK`] of `worker`'s engine hashes, each with its home slot in the
+    /// map if its mapping is there, and how many there are. The home slots are read without a
+    /// branch, so their cache misses overlap instead of each waiting behind the work on the block
+    /// before (a mapping elsewhere is found by a search that starts in cache then).
+    fn next_chunk(
+        &self,
+        worker: WorkerKey,
+        hashes: &mut impl Iterator<Item = u64>,
+    ) -> ([u64; CHUNK], [Option<usize>; CHUNK], usize) {
+        let mut engine = [0u64; CHUNK];
+        let mut n = 0;
+        for (slot, hash) in engine.iter_mut().zip(hashes) {
+            *slot = hash;
+            n += 1;
+        }
+        let mut found = [None; CHUNK];
+        for (slot, &hash) in found.iter_mut().zip(&engine[..n]) {
+            *slot = self.map.at_home(EngineBlock { worker, hash });
+        }
+        (engine, found, n)
     }
 
     /// Maps `worker`'s engine block `hash` to `router_hash` in `tier`; `hint` is its home slot
