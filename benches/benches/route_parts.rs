@@ -3,7 +3,8 @@
 //! `w % 64`, a 128-block prompt): the overlap query (of one prompt, and of the 64 prompts in
 //! turn, as the `host` benchmark's router routes them), writing the rows' CACHE inputs from it
 //! (`index-fill`; `index-probe` is its worker lookups alone, `from-tiers` its estimates alone),
-//! writing their LOAD inputs (`ledger-fill`), and the selection. `cargo bench -p
+//! writing their LOAD inputs (`ledger-fill`), and the selection; and the query against an index
+//! larger than the cache (`query-rotating/2048-prompts-out-of-cache`). `cargo bench -p
 //! libroute-benches --bench route_parts`; medians in `benches/RESULTS.md`.
 
 use std::hint::black_box;
@@ -98,5 +99,43 @@ fn parts(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, parts);
+/// The overlap query against an index far larger than the cache: 2,048 prompts of 128 blocks,
+/// each held by 16 of the 1,024 workers (262,144 blocks in 2^19 slots, about 270 MiB),
+/// queried in turn, so each query's blocks are cache misses, as in a router whose index holds
+/// a real fleet's caches.
+fn cold_query(c: &mut Criterion) {
+    const PROMPTS: u64 = 2048;
+    let mut index = PrefixIndex::<_, _, WORDS>::new(
+        vec![BlockSlot::<WORDS>::empty(); 1 << 19],
+        vec![WorkerSlot::empty(); 128 * WORDS],
+    )
+    .unwrap();
+    let prompts: Vec<Vec<u64>> = (0..PROMPTS)
+        .map(|p| (0..128).map(|b| (p << 32) | b).collect())
+        .collect();
+    for (p, prompt) in (0u64..).zip(&prompts) {
+        for holder in 0..16 {
+            index
+                .apply(&KvEvent::Stored {
+                    worker: WorkerKey::new((p * 16 + holder) % WORKERS, 0),
+                    tier: Tier::Device,
+                    hashes: prompt,
+                })
+                .unwrap();
+        }
+    }
+    assert_eq!(index.counters().evictions, 0, "every prompt is held");
+    let mut overlaps = Box::new(Overlaps::<WORDS>::new());
+    let mut turn = 0usize;
+    let mut group = c.benchmark_group("route-parts");
+    group.bench_function("query-rotating/2048-prompts-out-of-cache", |b| {
+        b.iter(|| {
+            turn += 1;
+            index.query(black_box(&prompts[turn % prompts.len()]), &mut overlaps);
+        });
+    });
+    group.finish();
+}
+
+criterion_group!(benches, parts, cold_query);
 criterion_main!(benches);

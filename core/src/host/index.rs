@@ -695,8 +695,10 @@ where
         // prefix, recorded once when it drops out (`Overlaps::held_first`), and split by tier
         // at the end: only blocks held beyond device memory are counted per block.
         let mut active = [u64::MAX; WORDS];
-        // The blocks are found a chunk at a time: the finds are independent, so their cache
-        // misses overlap instead of each waiting behind the counting of the block before.
+        // The blocks' home slots are read a chunk at a time, without a branch (`Table::at_home`):
+        // the reads are independent, so their cache misses overlap instead of each waiting
+        // behind the counting of the block before (or behind a search's branches). A block away
+        // from its home slot is searched for when its turn comes, in cache by then.
         let mut found = [None; FIND_AHEAD];
         // Overwritten whole by each block (`host` and `disk` only by blocks held beyond device
         // memory, the only ones that read them), so not cleared per block.
@@ -704,8 +706,6 @@ where
         for n in 0..hashes.len() {
             let ahead = n % FIND_AHEAD;
             if ahead == 0 {
-                // Home slots only, without a branch (`Table::at_home`): a probe's branches
-                // would wait for each read in turn. A block elsewhere is searched for below.
                 self.blocks.at_homes(&hashes[n..], &mut found);
             }
             // Nothing moves during a query: a block seen at home is there.
