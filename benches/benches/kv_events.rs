@@ -109,6 +109,20 @@ fn stream(count: usize, bytes: bool) -> Vec<(Vec<u8>, Vec<u8>)> {
         .collect()
 }
 
+/// The index the ingest feeds.
+type Index = PrefixIndex<Vec<BlockSlot<1>>, Vec<WorkerSlot>, 1>;
+
+/// An index and an engine-hash map of 2^16 slots each: 32,768 blocks.
+fn tables() -> (Index, KvIngest<Vec<EngineSlot>>) {
+    let index = PrefixIndex::new(
+        vec![BlockSlot::<1>::empty(); 1 << 16],
+        vec![WorkerSlot::empty(); 128],
+    )
+    .unwrap();
+    let kv = KvIngest::new(vec![EngineSlot::empty(); 1 << 16], BLOCK).unwrap();
+    (index, kv)
+}
+
 fn ingest(c: &mut Criterion) {
     let mut group = c.benchmark_group("kv-ingest");
     group.throughput(Throughput::Elements(16));
@@ -126,12 +140,7 @@ fn ingest(c: &mut Criterion) {
         // 4,096 batches, 65,536 blocks: twice what the index and the map hold.
         let batches = stream(4096, bytes);
         let payloads: Vec<&[u8]> = batches.iter().map(|(s, _)| s.as_slice()).collect();
-        let mut index = PrefixIndex::<_, _, 1>::new(
-            vec![BlockSlot::<1>::empty(); 1 << 16],
-            vec![WorkerSlot::empty(); 128],
-        )
-        .unwrap();
-        let mut kv = KvIngest::new(vec![EngineSlot::empty(); 1 << 16], BLOCK).unwrap();
+        let (mut index, mut kv) = tables();
         let mut i = 0usize;
         group.bench_function(format!("stored-16-blocks/{name}"), |b| {
             b.iter(|| {
@@ -163,12 +172,7 @@ fn ingest(c: &mut Criterion) {
         // what it evicts: both tables hold about 4,096 blocks and never fill. A store and a
         // removal per iteration, 32 blocks.
         group.throughput(Throughput::Elements(32));
-        let mut index = PrefixIndex::<_, _, 1>::new(
-            vec![BlockSlot::<1>::empty(); 1 << 16],
-            vec![WorkerSlot::empty(); 128],
-        )
-        .unwrap();
-        let mut kv = KvIngest::new(vec![EngineSlot::empty(); 1 << 16], BLOCK).unwrap();
+        let (mut index, mut kv) = tables();
         let mut i = 0usize;
         let lag = 256;
         let at = |i: usize| {
