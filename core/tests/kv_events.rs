@@ -896,3 +896,37 @@ proptest! {
         }
     }
 }
+
+/// A `BlockRemoved` event longer than the ingest's chunk of 16, with unknown and repeated hashes
+/// among the stored ones: every stored block leaves the map and the index, each unknown or
+/// repeated hash is counted as unknown.
+#[test]
+fn a_removal_longer_than_a_chunk_removes_every_block() {
+    let w = WorkerKey::new(2, 0);
+    let mut index = index();
+    let mut ingest = ingest(256);
+    ingest
+        .apply(
+            &mut index,
+            w,
+            &encode(0.0, &[stored(1, 40, None, 0)], None, false),
+        )
+        .unwrap();
+    let routers: Vec<u64> = (1..41).map(|h| ingest.router_hash(w, h).unwrap()).collect();
+    let mut overlaps = Overlaps::<1>::new();
+    index.query(&routers, &mut overlaps);
+    assert_eq!(index.overlap(&overlaps, w).map(|o| o[0]), Some(40));
+    let mut hashes: Vec<EngineHash> = (1..41).map(EngineHash::Int).collect();
+    hashes.extend([100, 5, 101, 40, 102].map(EngineHash::Int));
+    let removal = Ev::Removed {
+        hashes,
+        medium: Some("GPU"),
+    };
+    let s = ingest
+        .apply(&mut index, w, &encode(1.0, &[removal], None, false))
+        .unwrap();
+    assert_eq!((s.removed_blocks, s.unknown_removals), (40, 5));
+    assert!((1..41).all(|h| ingest.router_hash(w, h).is_none()));
+    index.query(&routers, &mut overlaps);
+    assert_eq!(index.overlap(&overlaps, w).map_or(0, |o| o[0]), 0);
+}
