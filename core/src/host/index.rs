@@ -567,7 +567,7 @@ where
             // Each block's home slot is read first, for the whole chunk and without a branch, so
             // the reads' cache misses overlap; the searches below then start in cache.
             let mut at_home = [None; FIND_AHEAD];
-            self.blocks.at_homes(chunk, &mut at_home);
+            self.blocks.at_homes(chunk.iter().copied(), &mut at_home);
             for (&hash, &home) in chunk.iter().zip(&at_home) {
                 self.set_bit(row, word, mask, hash, home);
             }
@@ -627,7 +627,7 @@ where
         for chunk in hashes.chunks(FIND_AHEAD) {
             // Home slots read first, as in `set_bits`.
             let mut at_home = [None; FIND_AHEAD];
-            self.blocks.at_homes(chunk, &mut at_home);
+            self.blocks.at_homes(chunk.iter().copied(), &mut at_home);
             for (&hash, &home) in chunk.iter().zip(&at_home) {
                 if !self.clear_bit_from(home, tier as usize, bit, hash) {
                     self.counters.ignored_events += 1;
@@ -706,7 +706,8 @@ where
         for n in 0..hashes.len() {
             let ahead = n % FIND_AHEAD;
             if ahead == 0 {
-                self.blocks.at_homes(&hashes[n..], &mut found);
+                self.blocks
+                    .at_homes(hashes[n..].iter().copied(), &mut found);
             }
             // Nothing moves during a query: a block seen at home is there.
             let Some(i) = found[ahead].or_else(|| self.blocks.find(hashes[n])) else {

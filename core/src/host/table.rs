@@ -187,8 +187,8 @@ impl<K: TableKey, V: Copy + Default, S: AsRef<[Slot<K, V>]> + AsMut<[Slot<K, V>]
     /// [`Table::at_home`] for each of `keys` into `out`, as far as the shorter goes: one pass
     /// whose reads all start before the first returns.
     #[inline]
-    pub(crate) fn at_homes(&self, keys: &[K], out: &mut [Option<usize>]) {
-        for (home, &key) in out.iter_mut().zip(keys) {
+    pub(crate) fn at_homes(&self, keys: impl IntoIterator<Item = K>, out: &mut [Option<usize>]) {
+        for (home, key) in out.iter_mut().zip(keys) {
             *home = self.at_home(key);
         }
     }

@@ -386,6 +386,7 @@ impl<S: AsRef<[EngineSlot]> + AsMut<[EngineSlot]>> KvIngest<S> {
         Ok(())
     }
 
+    /// Hands the index a chunk's stored blocks (none: nothing to do).
     fn stored<B, W, const WORDS: usize>(
         index: &mut PrefixIndex<B, W, WORDS>,
         worker: WorkerKey,
@@ -440,24 +441,39 @@ impl<S: AsRef<[EngineSlot]> + AsMut<[EngineSlot]>> KvIngest<S> {
                 mapped_count += 1;
             }
             summary.removed_blocks += mapped_count;
-            if mapped_count > 0 {
-                // Removals never fail.
-                let _ = index.apply(&KvEvent::Removed {
-                    worker,
-                    tier,
-                    hashes: &router[..mapped_count],
-                });
-            }
+            Self::removed(index, worker, tier, &router[..mapped_count]);
             if n < CHUNK {
                 break;
             }
         }
     }
 
+    /// Hands the index a chunk's mapped removals (none: nothing to do).
+    fn removed<B, W, const WORDS: usize>(
+        index: &mut PrefixIndex<B, W, WORDS>,
+        worker: WorkerKey,
+        tier: Tier,
+        hashes: &[u64],
+    ) where
+        B: AsRef<[BlockSlot<WORDS>]> + AsMut<[BlockSlot<WORDS>]>,
+        W: AsRef<[WorkerSlot]> + AsMut<[WorkerSlot]>,
+    {
+        if hashes.is_empty() {
+            return;
+        }
+        // Removals never fail.
+        let _ = index.apply(&KvEvent::Removed {
+            worker,
+            tier,
+            hashes,
+        });
+    }
+
     /// The next (up to) [`CHUNK`] of `worker`'s engine hashes, each with its home slot in the
     /// map if its mapping is there, and how many there are. The home slots are read without a
-    /// branch, so their cache misses overlap instead of each waiting behind the work on the block
-    /// before (a mapping elsewhere is found by a search that starts in cache then).
+    /// branch ([`Table::at_homes`]), so their cache misses overlap instead of each waiting behind
+    /// the work on the block before (a mapping elsewhere is found by a search that starts in
+    /// cache then).
     fn next_chunk(
         &self,
         worker: WorkerKey,
@@ -470,9 +486,8 @@ impl<S: AsRef<[EngineSlot]> + AsMut<[EngineSlot]>> KvIngest<S> {
             n += 1;
         }
         let mut found = [None; CHUNK];
-        for (slot, &hash) in found.iter_mut().zip(&engine[..n]) {
-            *slot = self.map.at_home(EngineBlock { worker, hash });
-        }
+        let keys = engine[..n].iter().map(|&hash| EngineBlock { worker, hash });
+        self.map.at_homes(keys, &mut found);
         (engine, found, n)
     }
 
