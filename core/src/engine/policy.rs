@@ -839,16 +839,19 @@ fn first_non_finite(values: &[f64]) -> Option<usize> {
 }
 
 /// Whether the rows' workers are strictly increasing (seeded mode's canonical order): first
-/// whether their ids are, without a branch per row, else by whole keys (ranks of one id).
-#[allow(
-    clippy::needless_bitwise_bool,
-    reason = "`&` keeps the loop free of branches"
-)]
+/// whether their ids are, in a pass of packable integer operations, else by whole keys (ranks of
+/// one id, or ids of 2^63 or more).
 fn in_canonical_order(rows: &[Row]) -> bool {
-    let ids_increase = rows.windows(2).fold(true, |ok, pair| {
-        ok & (pair[0].worker.worker_id < pair[1].worker.worker_id)
+    // Below 2^63 every difference of two ids fits in an `i64`, so `next > id` exactly when
+    // `next - id - 1` is not negative: the ids increase when no id and no such difference has
+    // its top bit set. OR-ing them keeps the loop free of branches and of 64-bit comparisons,
+    // which SSE2 does not pack (its subtractions and ORs it does).
+    let first = rows.first().map_or(0, |row| row.worker.worker_id);
+    let top = rows.windows(2).fold(first, |top, pair| {
+        let (id, next) = (pair[0].worker.worker_id, pair[1].worker.worker_id);
+        top | next | next.wrapping_sub(id).wrapping_sub(1)
     });
-    ids_increase || rows.windows(2).all(|pair| pair[0].worker < pair[1].worker)
+    top >> 63 == 0 || rows.windows(2).all(|pair| pair[0].worker < pair[1].worker)
 }
 
 /// The error for the first invalid row of `rows`.
@@ -995,8 +998,9 @@ const COMPACT_BLOCK: usize = 16;
 
 #[cfg(test)]
 mod tests {
-    use super::{LEFT_OUT, compact_left_out};
+    use super::{LEFT_OUT, compact_left_out, in_canonical_order};
     use crate::engine::{RandomSource, WyRand};
+    use crate::vocab::{Row, WorkerKey};
     use std::vec::Vec;
 
     /// The compaction keeps the unmarked entries and their costs in order, and counts them, as a
@@ -1035,6 +1039,37 @@ mod tests {
             let m = compact_left_out(&mut o, &mut []);
             let kept: Vec<u32> = expected.iter().map(|&(e, _)| e).collect();
             assert_eq!(&o[..m], &kept[..], "case {case}, no costs: {order:?}");
+        }
+    }
+
+    /// The order check is the plain definition, strictly increasing `(worker_id, dp_rank)`:
+    /// ids drawn near 0 and near 2^63 and 2^64 (where the packed check's differences would
+    /// wrap), repeated ids with ranks in and out of order, and ids anywhere (differences of 2^63
+    /// and more); lengths 0 to 40.
+    #[test]
+    fn the_canonical_order_check_is_the_plain_one() {
+        let mut draw = WyRand::with_seed(5);
+        let edges = [0, 1 << 62, (1 << 63) - 3, 1 << 63, u64::MAX - 3];
+        for case in 0..20_000 {
+            let n = usize::try_from(draw.next_u64() % 41).unwrap();
+            let base = edges[case % edges.len()];
+            // Sorted in most cases, so the whole-key path and the ids' pass are both reached.
+            let mut keys: Vec<WorkerKey> = (0..n)
+                .map(|_| {
+                    let near = base.wrapping_add(draw.next_u64() % 6);
+                    let id = if case % 7 == 6 { draw.next_u64() } else { near };
+                    WorkerKey::new(id, u32::try_from(draw.next_u64() % 3).unwrap())
+                })
+                .collect();
+            if case % 4 != 0 {
+                keys.sort_unstable();
+                if case % 8 == 1 {
+                    keys.dedup();
+                }
+            }
+            let rows: Vec<Row> = keys.iter().map(|&k| Row::new(k)).collect();
+            let plain = keys.windows(2).all(|pair| pair[0] < pair[1]);
+            assert_eq!(in_canonical_order(&rows), plain, "{keys:?}");
         }
     }
 }
