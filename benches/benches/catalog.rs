@@ -1,5 +1,6 @@
 //! One selection of each builtin type of the catalog at 64 and 1,024 candidates (the shared
-//! benchmark fleet, a 2,048-token prompt), and `select_explained` for one of them. Medians are
+//! benchmark fleet, a 2,048-token prompt), `ttft` also over a busy fleet (every prefill queue
+//! occupied, speeds measured), and `select_explained` for one of them. Medians are
 //! recorded in `benches/RESULTS.md`; the counting-allocator test in `core/tests/no_alloc.rs`
 //! proves none of them allocates.
 
@@ -7,7 +8,7 @@ use std::hint::black_box;
 use std::time::Duration;
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
-use libroute_benches::bench_fleet;
+use libroute_benches::{bench_fleet, busy_fleet};
 use libroute_core::catalog_config::PolicyConfig;
 use libroute_core::{Explanation, Request, Selector};
 
@@ -46,6 +47,29 @@ fn catalog(c: &mut Criterion) {
         group.measurement_time(Duration::from_secs(2));
         for n in [64, 1024] {
             let rows = bench_fleet(n);
+            group.throughput(Throughput::Elements(n));
+            group.bench_with_input(BenchmarkId::from_parameter(n), &rows, |b, rows| {
+                b.iter(|| {
+                    policy
+                        .select(&mut selector, black_box(&request), black_box(rows))
+                        .unwrap()
+                });
+            });
+        }
+        group.finish();
+    }
+    // `ttft` again over a fleet without an idle prefill queue, whose workers have speeds: the
+    // benchmark fleet has an idle one (worker 0) and none.
+    for (name, json) in &TYPES[10..] {
+        let policy = serde_json::from_str::<PolicyConfig>(json)
+            .unwrap()
+            .build()
+            .unwrap();
+        let mut group = c.benchmark_group(format!("catalog/{name}-busy"));
+        group.warm_up_time(Duration::from_millis(500));
+        group.measurement_time(Duration::from_secs(2));
+        for n in [64, 1024] {
+            let rows = busy_fleet(n);
             group.throughput(Throughput::Elements(n));
             group.bench_with_input(BenchmarkId::from_parameter(n), &rows, |b, rows| {
                 b.iter(|| {

@@ -5,7 +5,9 @@
 // Why: the README is prose for people, with tool names (CMake, ASan) that are not code items.
 #![allow(clippy::doc_markdown)]
 
-use libroute_core::{Cache, Load, PreferredTaint, Row, RowFlags, Taint, TaintSet, WorkerKey};
+use libroute_core::{
+    Cache, Load, PreferredTaint, Row, RowFlags, Speed, Taint, TaintSet, WorkerKey,
+};
 
 pub mod sim;
 
@@ -55,6 +57,29 @@ pub fn mixed_fleet(n: u64) -> Vec<Row> {
                 },
                 _ => row,
             }
+        })
+        .collect()
+}
+
+/// The benchmark fleet under load, as the `ttft` policy meets it in a busy deployment: every
+/// worker has prefill queued (so no prefill queue is empty, which the policy's delay to others
+/// treats apart) and a speed measured as a [`libroute_core::Router`] learns it, a few speeds
+/// apart.
+#[must_use]
+pub fn busy_fleet(n: u64) -> Vec<Row> {
+    bench_fleet(n)
+        .into_iter()
+        .map(|row| {
+            let id = row.worker.worker_id;
+            Row {
+                active_prefill_tokens: row.active_prefill_tokens + 16,
+                ..row
+            }
+            .with_speed(Speed {
+                base_ms: 4.0 + (id % 7) as f64 * 0.5,
+                ms_per_prefill_token: 0.05 + (id % 5) as f64 * 0.01,
+                ms_per_active_request: 0.8 + (id % 3) as f64 * 0.1,
+            })
         })
         .collect()
 }
