@@ -1121,37 +1121,69 @@ impl<'a, const PRICED: bool> FirstTokenRows<'a, PRICED> {
 
     /// The candidates' aggregates, in one pass.
     fn summary(&self) -> FirstTokenSummary {
-        let (mut own_ms, mut estimates, mut active) = (0.0, 0.0, 0.0);
-        let (mut longest, mut best, mut least_wait) = (0, f64::INFINITY, f64::INFINITY);
+        let mut sum = FirstTokenSums::new();
         for (r, s) in self.iter() {
-            let kv_wait = self.kv_wait(&r);
-            let wait =
-                with_kv_wait::<PRICED>(s.ms_per_prefill_token * as_cost(r.queued), &s, kv_wait);
-            if wait < least_wait {
-                least_wait = wait;
-            }
-            own_ms += s.ms_per_prefill_token * as_cost(self.prompt - r.cached);
-            let estimate = self.estimate(&r, &s, kv_wait);
-            estimates += estimate;
-            active += as_cost(r.active);
-            if r.cached > longest {
-                longest = r.cached;
-            }
-            if estimate < best {
-                best = estimate;
-            }
+            let t = FirstTokenTerms::of(&r, self);
+            sum.add::<PRICED>(&t, &s, self.estimate(&r, &s, t.kv_wait));
         }
-        let n = as_cost(self.order.len() as u64);
+        sum.finish(self.order.len())
+    }
+}
+
+/// [`FirstTokenSummary`] as it is gathered, a candidate at a time and in order, by the summary
+/// pass and by the `ttft` type's pass that writes its first three parts.
+struct FirstTokenSums {
+    own_ms: f64,
+    estimates: f64,
+    active: f64,
+    longest: u64,
+    best: f64,
+    least_wait: f64,
+}
+
+impl FirstTokenSums {
+    const fn new() -> Self {
+        Self {
+            own_ms: 0.0,
+            estimates: 0.0,
+            active: 0.0,
+            longest: 0,
+            best: f64::INFINITY,
+            least_wait: f64::INFINITY,
+        }
+    }
+
+    /// Adds the next candidate: its terms, its speed and its estimate.
+    #[inline]
+    fn add<const PRICED: bool>(&mut self, t: &FirstTokenTerms, s: &Speed, estimate: f64) {
+        let wait = with_kv_wait::<PRICED>(s.ms_per_prefill_token * t.queued, s, t.kv_wait);
+        if wait < self.least_wait {
+            self.least_wait = wait;
+        }
+        self.own_ms += s.ms_per_prefill_token * t.uncached;
+        self.estimates += estimate;
+        self.active += t.active;
+        if t.cached > self.longest {
+            self.longest = t.cached;
+        }
+        if estimate < self.best {
+            self.best = estimate;
+        }
+    }
+
+    /// The summary of the `n` candidates added.
+    fn finish(self, n: usize) -> FirstTokenSummary {
+        let n = as_cost(n as u64);
         FirstTokenSummary {
-            crowd: if own_ms > 0.0 {
-                n * least_wait / own_ms
+            crowd: if self.own_ms > 0.0 {
+                n * self.least_wait / self.own_ms
             } else {
                 0.0
             },
-            mean_estimate: estimates / n,
-            mean_active: active / n,
-            longest,
-            best,
+            mean_estimate: self.estimates / n,
+            mean_active: self.active / n,
+            longest: self.longest,
+            best: self.best,
         }
     }
 }
@@ -1386,7 +1418,9 @@ impl FirstToken {
 
     /// [`Scorer::score_run`] for parts of one estimate (the `ttft` type's five): the speeds'
     /// fallback and the summary computed once, and each candidate's row read and its terms
-    /// converted once for every part, through the same [`FirstToken::part_cost`].
+    /// converted once for all the parts of a pass, through the same [`FirstToken::part_cost`].
+    /// The `ttft` type's parts take two passes: the summary is gathered in the first, beside
+    /// the parts that do not need it, so no pass is the summary's alone.
     fn score_parts(
         &self,
         parts: &[FirstTokenPart],
@@ -1413,36 +1447,41 @@ impl FirstToken {
     ) {
         use FirstTokenPart::{Affinity, Decode, DelayToOthers, Prefill, Queue};
         let rows = FirstTokenRows::<PRICED>::new(self, request, candidates);
-        let all = self.shared_for(&rows, parts.iter().copied());
         if parts == [Queue, Prefill, Decode, DelayToOthers, Affinity] && columns.len() >= 5 * stride
         {
-            // The `ttft` type's parts, in its order: one straight pass writing five columns.
+            // The `ttft` type's parts, in its order: a pass writing the first three parts, each
+            // candidate's estimate (kept in the delay's column) and the summary, then a pass
+            // writing the two parts that compare a candidate with the others.
             let (queue, rest) = columns.split_at_mut(stride);
             let (prefill, rest) = rest.split_at_mut(stride);
             let (decode, rest) = rest.split_at_mut(stride);
             let (others, affinity) = rest.split_at_mut(stride);
-            let costs = queue
+            let own = queue
                 .iter_mut()
                 .zip(prefill.iter_mut())
                 .zip(decode.iter_mut())
-                .zip(others.iter_mut())
-                .zip(affinity.iter_mut());
-            for (((((q, p), d), o), a), (r, s)) in costs.zip(rows.iter()) {
+                .zip(others.iter_mut());
+            let (mut sum, none) = (FirstTokenSums::new(), FirstTokenShared::default());
+            for ((((q, p), d), e), (r, s)) in own.zip(rows.iter()) {
                 let t = FirstTokenTerms::of(&r, &rows);
-                *q = self.part_cost::<PRICED>(Queue, &t, &s, || 0.0, &all);
-                *p = self.part_cost::<PRICED>(Prefill, &t, &s, || 0.0, &all);
-                *d = self.part_cost::<PRICED>(Decode, &t, &s, || 0.0, &all);
-                *o = self.part_cost::<PRICED>(
-                    DelayToOthers,
-                    &t,
-                    &s,
-                    || rows.estimate(&r, &s, t.kv_wait),
-                    &all,
-                );
+                let estimate = rows.estimate(&r, &s, t.kv_wait);
+                *q = self.part_cost::<PRICED>(Queue, &t, &s, || 0.0, &none);
+                *p = self.part_cost::<PRICED>(Prefill, &t, &s, || 0.0, &none);
+                *d = self.part_cost::<PRICED>(Decode, &t, &s, || 0.0, &none);
+                *e = estimate;
+                sum.add::<PRICED>(&t, &s, estimate);
+            }
+            let all = self.shared(&sum.finish(rows.order.len()));
+            let compared = others.iter_mut().zip(affinity.iter_mut());
+            for ((o, a), (r, s)) in compared.zip(rows.iter()) {
+                let t = FirstTokenTerms::of(&r, &rows);
+                let estimate = *o;
+                *o = self.part_cost::<PRICED>(DelayToOthers, &t, &s, || estimate, &all);
                 *a = self.part_cost::<PRICED>(Affinity, &t, &s, || 0.0, &all);
             }
             return;
         }
+        let all = self.shared_for(&rows, parts.iter().copied());
         for (k, (r, s)) in rows.iter().enumerate() {
             let t = FirstTokenTerms::of(&r, &rows);
             for (p, &part) in parts.iter().enumerate() {
