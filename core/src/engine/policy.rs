@@ -633,16 +633,22 @@ impl<F: Filters, S: Scorers, P: Picker> Policy<F, S, P> {
         let scorers = self.scorers.len();
         if scorers > 1 {
             let totals = &mut totals[..m];
-            let column = |s: usize| &costs[s * capacity..s * capacity + m];
             // The columns summed in order onto zeros, `(0 + c0) + c1 + ...` (the same bits as
-            // adding each to a zeroed total: `0 + c` is not always `c`, for `c = -0`), the first
-            // two in one pass.
-            for ((t, a), b) in totals.iter_mut().zip(column(0)).zip(column(1)) {
-                *t = (0.0 + *a) + *b;
-            }
-            for s in 2..scorers {
-                for (t, c) in totals.iter_mut().zip(column(s)) {
-                    *t += *c;
+            // adding each to a zeroed total: `0 + c` is not always `c`, for `c = -0`), in one
+            // pass for the usual scorer counts.
+            match scorers {
+                2 => sum_columns::<2>(totals, costs, capacity),
+                3 => sum_columns::<3>(totals, costs, capacity),
+                4 => sum_columns::<4>(totals, costs, capacity),
+                5 => sum_columns::<5>(totals, costs, capacity),
+                _ => {
+                    sum_columns::<2>(totals, costs, capacity);
+                    for s in 2..scorers {
+                        let column = &costs[s * capacity..s * capacity + m];
+                        for (t, c) in totals.iter_mut().zip(column) {
+                            *t += *c;
+                        }
+                    }
                 }
             }
             if let Some(k) = first_non_finite(totals) {
@@ -790,6 +796,21 @@ impl<F: Filters, S: Scorers, P: Picker> Policy<F, S, P> {
             Ok(Some((_, verdict))) => Ok(verdict),
             Err((filter, error)) => Err(SelectError::FilterFailed { filter, error }),
         }
+    }
+}
+
+/// `totals[k] = (0 + c0[k]) + c1[k] + ... + c(S-1)[k]` for the first `S` columns of `costs`
+/// (`capacity` apart), the candidates' costs summed in scorer order in one pass over them.
+#[inline]
+fn sum_columns<const S: usize>(totals: &mut [f64], costs: &[f64], capacity: usize) {
+    let m = totals.len();
+    let columns: [&[f64]; S] = core::array::from_fn(|s| &costs[s * capacity..][..m]);
+    for (k, t) in totals.iter_mut().enumerate() {
+        let mut sum = 0.0 + columns[0][k];
+        for column in &columns[1..] {
+            sum += column[k];
+        }
+        *t = sum;
     }
 }
 
@@ -1070,6 +1091,89 @@ mod tests {
             let rows: Vec<Row> = keys.iter().map(|&k| Row::new(k)).collect();
             let plain = keys.windows(2).all(|pair| pair[0] < pair[1]);
             assert_eq!(in_canonical_order(&rows), plain, "{keys:?}");
+        }
+    }
+
+    /// A scorer whose cost of a row is its active requests times `scale`, plus `offset`, so
+    /// each scorer of a list writes another column.
+    struct Scaled {
+        scale: f64,
+        offset: f64,
+    }
+
+    impl crate::engine::Scorer for Scaled {
+        fn inputs(&self, _leg: crate::vocab::Leg) -> crate::vocab::WorkerInputs {
+            crate::vocab::WorkerInputs::LOAD
+        }
+
+        fn score(
+            &self,
+            _request: &crate::vocab::RequestView<'_>,
+            candidates: &crate::vocab::Candidates<'_>,
+            costs: &mut [f64],
+        ) -> Result<(), crate::engine::ComponentError> {
+            for (cost, row) in costs.iter_mut().zip(candidates.iter()) {
+                #[allow(clippy::cast_precision_loss, reason = "small counts")]
+                let active = row.load().map_or(0, |l| l.active_requests) as f64;
+                *cost = active * self.scale + self.offset;
+            }
+            Ok(())
+        }
+    }
+
+    /// Every list of 1 to 8 scorers totals each candidate's costs as `(0 + c0) + c1 + ...`, in
+    /// scorer order, whichever pass sums them (one pass for 2 to 5 columns, one per column
+    /// beyond), and picks the least total.
+    #[test]
+    fn the_totals_sum_every_column_in_order() {
+        use crate::engine::{Disposition, Explanation, Policy, Selector};
+        use crate::policies::catalog::MinCostPicker;
+        use crate::vocab::{Load, Request};
+        let rows: Vec<Row> = (0..40u64)
+            .map(|i| {
+                Row::new(WorkerKey::new(i, 0)).with_load(Load {
+                    available: true,
+                    active_requests: (i * 7 + 3) % 40,
+                    ..Load::default()
+                })
+            })
+            .collect();
+        // Scales of both signs and offsets that do not round away, so a column left out or
+        // added twice changes every total.
+        let scorers: Vec<Scaled> = (0..8)
+            .map(|s| Scaled {
+                scale: [1.0, -0.25, 0.5, 3.0, -1.5, 0.125, 2.0, -0.75][s],
+                offset: 0.1 * f64::from(u8::try_from(s).unwrap() + 1),
+            })
+            .collect();
+        let request = Request::new(64, 16);
+        let mut selector = Selector::<64>::new();
+        let mut out = std::vec![Explanation::EMPTY; rows.len()];
+        for count in 1..=8 {
+            let list = &scorers[..count];
+            let policy = Policy::new((), list, MinCostPicker).unwrap();
+            let selection = policy
+                .select_explained(&mut selector, &request, &rows, &mut out)
+                .unwrap();
+            let mut least = (f64::INFINITY, 0);
+            for (e, row) in out.iter().zip(&rows) {
+                assert_eq!(e.disposition, Disposition::Candidate);
+                #[allow(clippy::cast_precision_loss, reason = "small counts")]
+                let active = row.active_requests as f64;
+                let total = list
+                    .iter()
+                    .fold(0.0_f64, |t, s| t + (active * s.scale + s.offset));
+                assert_eq!(
+                    e.total.to_bits(),
+                    total.to_bits(),
+                    "{count} scorers, row {}",
+                    e.row
+                );
+                if total < least.0 {
+                    least = (total, e.row);
+                }
+            }
+            assert_eq!(selection.row, least.1, "{count} scorers");
         }
     }
 }
