@@ -10,7 +10,7 @@ use std::time::Duration;
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use libroute_benches::{bench_fleet, busy_fleet};
 use libroute_core::catalog_config::PolicyConfig;
-use libroute_core::{Explanation, Request, Selector};
+use libroute_core::{Explanation, Request, Row, Selector};
 
 const TYPES: [(&str, &str); 12] = [
     ("default", r#"{"type": "default"}"#),
@@ -34,52 +34,47 @@ const TYPES: [(&str, &str); 12] = [
     ("ttft_kv", r#"{"type": "ttft", "kv_capacity_blocks": 4096}"#),
 ];
 
+/// One selection of the policy `json` over `fleet(n)` at 64 and 1,024 candidates, as the group
+/// `catalog/{group}`.
+fn select_group(
+    c: &mut Criterion,
+    selector: &mut Selector<1024>,
+    request: &Request<'_>,
+    (group, json): (&str, &str),
+    fleet: fn(u64) -> Vec<Row>,
+) {
+    let policy = serde_json::from_str::<PolicyConfig>(json)
+        .unwrap()
+        .build()
+        .unwrap();
+    let mut group = c.benchmark_group(format!("catalog/{group}"));
+    group.warm_up_time(Duration::from_millis(500));
+    group.measurement_time(Duration::from_secs(2));
+    for n in [64, 1024] {
+        let rows = fleet(n);
+        group.throughput(Throughput::Elements(n));
+        group.bench_with_input(BenchmarkId::from_parameter(n), &rows, |b, rows| {
+            b.iter(|| {
+                policy
+                    .select(selector, black_box(request), black_box(rows))
+                    .unwrap()
+            });
+        });
+    }
+    group.finish();
+}
+
 fn catalog(c: &mut Criterion) {
     let request = Request::new(2048, 16).session(12_345);
     let mut selector = Box::new(Selector::<1024>::new());
     for (name, json) in TYPES {
-        let policy = serde_json::from_str::<PolicyConfig>(json)
-            .unwrap()
-            .build()
-            .unwrap();
-        let mut group = c.benchmark_group(format!("catalog/{name}"));
-        group.warm_up_time(Duration::from_millis(500));
-        group.measurement_time(Duration::from_secs(2));
-        for n in [64, 1024] {
-            let rows = bench_fleet(n);
-            group.throughput(Throughput::Elements(n));
-            group.bench_with_input(BenchmarkId::from_parameter(n), &rows, |b, rows| {
-                b.iter(|| {
-                    policy
-                        .select(&mut selector, black_box(&request), black_box(rows))
-                        .unwrap()
-                });
-            });
-        }
-        group.finish();
+        select_group(c, &mut selector, &request, (name, json), bench_fleet);
     }
     // `ttft` again over a fleet without an idle prefill queue, whose workers have speeds: the
     // benchmark fleet has an idle one (worker 0) and none.
     for (name, json) in &TYPES[10..] {
-        let policy = serde_json::from_str::<PolicyConfig>(json)
-            .unwrap()
-            .build()
-            .unwrap();
-        let mut group = c.benchmark_group(format!("catalog/{name}-busy"));
-        group.warm_up_time(Duration::from_millis(500));
-        group.measurement_time(Duration::from_secs(2));
-        for n in [64, 1024] {
-            let rows = busy_fleet(n);
-            group.throughput(Throughput::Elements(n));
-            group.bench_with_input(BenchmarkId::from_parameter(n), &rows, |b, rows| {
-                b.iter(|| {
-                    policy
-                        .select(&mut selector, black_box(&request), black_box(rows))
-                        .unwrap()
-                });
-            });
-        }
-        group.finish();
+        let group = format!("{name}-busy");
+        select_group(c, &mut selector, &request, (&group, json), busy_fleet);
     }
     let policy = serde_json::from_str::<PolicyConfig>(TYPES[9].1)
         .unwrap()
