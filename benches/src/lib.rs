@@ -62,9 +62,9 @@ pub fn mixed_fleet(n: u64) -> Vec<Row> {
 }
 
 /// The benchmark fleet under load, as the `ttft` policy meets it in a busy deployment: every
-/// worker has prefill queued (so no prefill queue is empty, which the policy's delay to others
-/// treats apart) and a speed measured as a [`libroute_core::Router`] learns it, a few speeds
-/// apart.
+/// worker has prefill queued (with an idle queue anywhere the policy's crowd is 0, and with it
+/// the first term of every candidate's delay to others) and a speed measured as a
+/// [`libroute_core::Router`] learns it, a few speeds apart.
 #[must_use]
 pub fn busy_fleet(n: u64) -> Vec<Row> {
     bench_fleet(n)
