@@ -904,3 +904,83 @@ fn llm_d_scorers_read_zeros_where_a_row_or_the_view_lacks_their_group() {
     assert_eq!(out.map(f64::to_bits), want.map(f64::to_bits));
     assert_eq!(out[0], -(3.0 / (hi - lo) as f64));
 }
+
+/// A scorer whose cost of a row is its active requests times `scale`, plus `offset`, so
+/// each scorer of a list writes another column.
+struct Scaled {
+    scale: f64,
+    offset: f64,
+}
+
+impl Scorer for Scaled {
+    fn inputs(&self, _leg: Leg) -> WorkerInputs {
+        WorkerInputs::LOAD
+    }
+
+    fn score(
+        &self,
+        _request: &RequestView<'_>,
+        candidates: &Candidates<'_>,
+        costs: &mut [f64],
+    ) -> Result<(), ComponentError> {
+        for (cost, row) in costs.iter_mut().zip(candidates.iter()) {
+            #[allow(clippy::cast_precision_loss, reason = "small counts")]
+            let active = row.load().map_or(0, |l| l.active_requests) as f64;
+            *cost = active * self.scale + self.offset;
+        }
+        Ok(())
+    }
+}
+
+/// Every list of 1 to 8 scorers totals each candidate's costs as `(0 + c0) + c1 + ...`, in
+/// scorer order, whichever pass sums them (one pass for 2 to 5 columns, one per column
+/// beyond), and picks the least total.
+#[test]
+fn the_totals_sum_every_column_in_order() {
+    let rows: Vec<Row> = (0..40u64)
+        .map(|i| {
+            Row::new(WorkerKey::new(i, 0)).with_load(Load {
+                available: true,
+                active_requests: (i * 7 + 3) % 40,
+                ..Load::default()
+            })
+        })
+        .collect();
+    // Scales of both signs and offsets that do not round away, so a column left out or
+    // added twice changes every total.
+    let scorers: Vec<Scaled> = (0..8)
+        .map(|s| Scaled {
+            scale: [1.0, -0.25, 0.5, 3.0, -1.5, 0.125, 2.0, -0.75][s],
+            offset: 0.1 * f64::from(u8::try_from(s).unwrap() + 1),
+        })
+        .collect();
+    let request = Request::new(64, 16);
+    let mut selector = Selector::<64>::new();
+    let mut out = vec![Explanation::EMPTY; rows.len()];
+    for count in 1..=8 {
+        let list = &scorers[..count];
+        let policy = Policy::new((), list, MinCostPicker).unwrap();
+        let selection = policy
+            .select_explained(&mut selector, &request, &rows, &mut out)
+            .unwrap();
+        let mut least = (f64::INFINITY, 0);
+        for (e, row) in out.iter().zip(&rows) {
+            assert_eq!(e.disposition, Disposition::Candidate);
+            #[allow(clippy::cast_precision_loss, reason = "small counts")]
+            let active = row.active_requests as f64;
+            let total = list
+                .iter()
+                .fold(0.0_f64, |t, s| t + (active * s.scale + s.offset));
+            assert_eq!(
+                e.total.to_bits(),
+                total.to_bits(),
+                "{count} scorers, row {}",
+                e.row
+            );
+            if total < least.0 {
+                least = (total, e.row);
+            }
+        }
+        assert_eq!(selection.row, least.1, "{count} scorers");
+    }
+}
