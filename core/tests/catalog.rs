@@ -725,6 +725,15 @@ fn ttft_speeds_come_from_the_config_the_rows_or_their_mean() {
     );
     let (_, c) = costs(&fixed, &REQ, &rows);
     assert_eq!(c, [45.0, 45.0, 45.0]);
+    // A measured speed of zeros is the row's own, not a missing one: the mean takes it in, and
+    // its row costs nothing.
+    let zero = Speed {
+        ms_per_prefill_token: 0.0,
+        ..fast
+    };
+    let (s, c) = costs(&p, &REQ, &[idle(1).with_speed(zero), rows[1], rows[2]]);
+    assert_eq!(c, [0.0, 480.0, 240.0]);
+    assert_eq!(s.worker.worker_id, 1);
     let (_, c) = costs(&p, &REQ, &[idle(1), idle(2)]);
     assert_eq!(c, [160.0, 160.0]);
     // It reads the speed, and credits blocks routed but not computed.
@@ -853,6 +862,40 @@ fn an_invalid_speed_is_named_on_every_path() {
             .select(&mut selector, &REQ, &fine)
             .is_ok()
     );
+}
+
+/// The speeds are checked a block of rows at a time: an invalid one is named wherever it lies in
+/// a fleet whose other rows all carry valid speeds (first, inside or last of a block, in a later
+/// block, the last row), by every pass that checks them: the general pipeline's (`ttft`), the
+/// catalog's two-mode pass over a tidy fleet (`dynamo_two_tier`), the one of the catalog's other
+/// one-pass scorers (`least_loaded`) and the default's.
+#[test]
+fn an_invalid_speed_is_named_at_every_position() {
+    let fleet: Vec<Row> = (1..=40)
+        .map(|id| row(id, 0, id % 5).with_speed(Speed::default()))
+        .collect();
+    let mut selector = Selector::<64>::new();
+    for json in [
+        r#"{"type": "ttft"}"#,
+        r#"{"type": "dynamo_two_tier"}"#,
+        r#"{"type": "least_loaded"}"#,
+        r#"{"type": "default"}"#,
+    ] {
+        let policy = policy(json);
+        assert!(policy.select(&mut selector, &REQ, &fleet).is_ok(), "{json}");
+        for at in [0, 1, 15, 16, 17, 31, 32, 39] {
+            let mut rows = fleet.clone();
+            rows[at].base_ms = f64::INFINITY;
+            assert_eq!(
+                policy.select(&mut selector, &REQ, &rows).unwrap_err(),
+                SelectError::InvalidRow {
+                    row: at,
+                    field: RowField::Speed
+                },
+                "{json}, row {at}"
+            );
+        }
+    }
 }
 
 #[test]

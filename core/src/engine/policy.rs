@@ -11,7 +11,8 @@ use super::outcome::{Disposition, Explanation, SelectError, Selection};
 use super::rng::{RandomSource, WyRand};
 use super::selector::{Last, Scratch, Selector};
 use crate::vocab::{
-    Candidates, Leg, Request, RequestView, Row, RowField, RowFlags, RowView, TaintSet, WorkerInputs,
+    Candidates, Leg, Request, RequestView, Row, RowField, RowFlags, RowView, TaintSet,
+    WorkerInputs, any_invalid_speed,
 };
 
 /// The most scorers one policy may sum (each needs a cost column in the [`Selector`]).
@@ -936,7 +937,7 @@ pub(crate) fn mark_unfiltered(
         eligible += usize::from(row.taints.contains_all(required));
         each(i, row, !excluded);
     }
-    invalid |= speeds != 0 && rows.iter().any(Row::has_invalid_speed);
+    invalid |= speeds != 0 && any_invalid_speed(rows);
     Marked {
         left_out,
         eligible,

@@ -17,7 +17,7 @@ use crate::engine::{
 use crate::engine::{LEFT_OUT, MAX_SCORERS, compact_left_out, mark_unfiltered, refusal_among};
 use crate::policies::default::{EXACT_LIMIT, exact_f64, for_each_odd_row, tidy_reference};
 use crate::policies::{DefaultCost, DefaultPicker};
-use crate::vocab::{Candidates, RequestView, RowView, WorkerInputs};
+use crate::vocab::{Candidates, RequestView, RowView, WorkerInputs, any_invalid_speed};
 use crate::vocab::{Leg, Load, Row, RowFlags, Speed, TaintSet, WorkerKey};
 
 /// Which load figure a load-based component reads.
@@ -340,7 +340,7 @@ fn two_mode_uniform(
         || all_flags & !RowFlags::ALL.0 != 0
         || high >> 53 != 0
         || left_out == n
-        || (all_flags & RowFlags::HAS_SPEED.0 != 0 && rows.iter().any(Row::has_invalid_speed))
+        || (all_flags & RowFlags::HAS_SPEED.0 != 0 && any_invalid_speed(rows))
     {
         return None;
     }
@@ -1030,17 +1030,15 @@ impl FirstToken {
     }
 }
 
-/// What [`FirstToken`] reads of one candidate, straight from the row (it declares CACHE, LOAD
-/// and SPEED, so the unmasked row shows nothing undeclared): queued prefill tokens, cached
-/// prompt tokens (at most the prompt), active requests, booked KV blocks, and its speed if it
-/// has one.
+/// What [`FirstToken`] reads of one candidate's counters, straight from the row (it declares
+/// CACHE, LOAD and SPEED, so the unmasked row shows nothing undeclared): queued prefill tokens,
+/// cached prompt tokens (at most the prompt), active requests and booked KV blocks.
 #[derive(Clone, Copy)]
 struct FirstTokenRow {
     queued: u64,
     cached: u64,
     active: u64,
     blocks: u64,
-    speed: Option<Speed>,
 }
 
 impl FirstTokenRow {
@@ -1058,7 +1056,6 @@ impl FirstTokenRow {
             cached: if cached < prompt { cached } else { prompt },
             active: if load { row.active_requests } else { 0 },
             blocks: if load { row.active_decode_blocks } else { 0 },
-            speed: row.speed(),
         }
     }
 }
@@ -1070,7 +1067,9 @@ struct FirstTokenRows<'a, const PRICED: bool> {
     rows: &'a [Row],
     order: &'a [u32],
     prompt: u64,
-    fixed: Option<Speed>,
+    /// [`RowFlags::HAS_SPEED`] when a row's own speed is used, 0 when the override is set.
+    own_speed: u32,
+    /// The override, or the speed of a candidate without one.
     fallback: Speed,
     kv: KvRoom,
 }
@@ -1089,17 +1088,30 @@ impl<'a, const PRICED: bool> FirstTokenRows<'a, PRICED> {
             rows,
             order,
             prompt,
-            fixed: model.speed,
+            own_speed: if model.speed.is_some() {
+                0
+            } else {
+                RowFlags::HAS_SPEED.0
+            },
             fallback,
             kv: KvRoom::new(model.kv_capacity_blocks, request.block_size()),
         }
     }
 
-    /// Every candidate, in order, with its speed.
+    /// Every candidate, in order, with its speed: the override, its own, or the fallback, chosen
+    /// by one test of the row's flags (the speed's fields are read either way).
     fn iter(&self) -> impl Iterator<Item = (FirstTokenRow, Speed)> + '_ {
         self.order.iter().map(|&i| {
-            let r = FirstTokenRow::read(&self.rows[i as usize], self.prompt);
-            (r, self.fixed.or(r.speed).unwrap_or(self.fallback))
+            let row = &self.rows[i as usize];
+            let own = row.flags.0 & self.own_speed != 0;
+            let pick = |row: f64, fallback: f64| if own { row } else { fallback };
+            let f = &self.fallback;
+            let speed = Speed {
+                base_ms: pick(row.base_ms, f.base_ms),
+                ms_per_prefill_token: pick(row.ms_per_prefill_token, f.ms_per_prefill_token),
+                ms_per_active_request: pick(row.ms_per_active_request, f.ms_per_active_request),
+            };
+            (FirstTokenRow::read(row, self.prompt), speed)
         })
     }
 

@@ -4,7 +4,7 @@
 use crate::engine::rng::{self, RandomSource};
 use crate::engine::{ComponentError, Pick, PickInput, PickReason, Picker, Scorer};
 use crate::engine::{LEFT_OUT, Policy, compact_left_out};
-use crate::vocab::{Candidates, RequestView, WorkerInputs, taint_multiplier};
+use crate::vocab::{Candidates, RequestView, WorkerInputs, any_invalid_speed, taint_multiplier};
 use crate::vocab::{Label, Leg, PreferredTaint, Role, Row, RowFlags, SharedHits, TaintSet};
 
 /// The default policy's type: no filters, the default cost, the default picker.
@@ -614,7 +614,7 @@ fn admit_and_cost_with<const M: u16>(
         || flags & !RowFlags::ALL.0 != 0
         || high >= EXACT_LIMIT
         || left_out == rows.len()
-        || (flags & RowFlags::HAS_SPEED.0 != 0 && rows.iter().any(Row::has_invalid_speed))
+        || (flags & RowFlags::HAS_SPEED.0 != 0 && any_invalid_speed(rows))
     {
         return None;
     }

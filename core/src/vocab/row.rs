@@ -485,6 +485,21 @@ impl Row {
     }
 }
 
+/// Whether some row of `rows` has an invalid speed ([`Row::has_invalid_speed`]): the rows'
+/// checks are combined a block at a time, so a fleet of valid speeds (what every selection over
+/// measured speeds meets) costs one branch per block, not one per row.
+#[inline]
+pub(crate) fn any_invalid_speed(rows: &[Row]) -> bool {
+    rows.chunks(SPEED_BLOCK).any(|block| {
+        block
+            .iter()
+            .fold(false, |bad, row| bad | row.has_invalid_speed())
+    })
+}
+
+/// Rows per block of [`any_invalid_speed`].
+const SPEED_BLOCK: usize = 16;
+
 /// Whether `x` is finite and `>= 0` (`-0.0` included), without branches: the one definition
 /// of a valid non-negative value.
 #[inline]
