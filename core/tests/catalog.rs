@@ -866,9 +866,10 @@ fn an_invalid_speed_is_named_on_every_path() {
 
 /// The speeds are checked a block of rows at a time: an invalid one is named wherever it lies in
 /// a fleet whose other rows all carry valid speeds (first, inside or last of a block, in a later
-/// block, the last row), by every pass that checks them: the general pipeline's (`ttft`), the
-/// catalog's two-mode pass over a tidy fleet (`dynamo_two_tier`), the one of the catalog's other
-/// one-pass scorers (`least_loaded`) and the default's.
+/// block, the last row), by each of the three places that check them: the engine's admission
+/// (`ttft` through the general pipeline, `least_loaded` through the catalog's one pass), the
+/// catalog's two-mode pass over a tidy fleet (`dynamo_two_tier`) and the default cost's one pass
+/// (`default`).
 #[test]
 fn an_invalid_speed_is_named_at_every_position() {
     let fleet: Vec<Row> = (1..=40)
