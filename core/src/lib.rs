@@ -99,9 +99,9 @@ pub use policies::catalog;
 pub use policies::catalog_config;
 
 pub use engine::{
-    Admission, ComponentError, Disposition, Explanation, Filter, Filters, MAX_SCORERS, Pick,
-    PickInput, PickReason, Picker, Policy, PolicyError, RandomSource, Scorer, Scorers, SelectError,
-    Selection, Selector, Verdict, WyRand,
+    Admission, ComponentError, Disposition, Explanation, Filter, Filters, MAX_SCORERS, OnePass,
+    Pick, PickInput, PickReason, Picker, Policy, PolicyError, RandomSource, Scorer, Scorers,
+    SelectError, Selection, Selector, Verdict, WyRand,
 };
 pub use host::{
     BatchSummary, EngineBlock, EngineSlot, Events, IngestCounters, IngestError, KvBatch, KvIngest,

@@ -809,3 +809,124 @@ fn a_composed_policys_failing_scorer_is_asked_once_and_named_as_in_the_general_s
         ));
     }
 }
+
+/// The default picker at temperature 0 without its capability to pass over NaN costs
+/// (`Picker::picks_least_cost`): the one pass then moves the candidates to the front.
+#[derive(Clone, Copy)]
+struct Compacting(DefaultPicker);
+
+impl Picker for Compacting {
+    fn inputs(&self, leg: Leg) -> WorkerInputs {
+        self.0.inputs(leg)
+    }
+
+    fn pick(
+        &self,
+        input: &PickInput<'_>,
+        work: &mut [f64],
+        rng: &mut dyn RandomSource,
+    ) -> Result<Pick, ComponentError> {
+        self.0.pick(input, work, rng)
+    }
+}
+
+/// Every explanation field, costs included, as text: NaN totals compare equal that way.
+fn explained(out: &[Explanation]) -> Vec<String> {
+    out.iter().map(|e| format!("{e:?}")).collect()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 2000, ..ProptestConfig::default() })]
+
+    /// The one pass leaves the rows that are not candidates in place for a picker of the least
+    /// cost (`Scorer::score_all_rows_in_place`): the same selections, random streams, candidate
+    /// counts, last costs and explanations as with the candidates moved to the front.
+    #[test]
+    fn rows_left_in_place_select_and_explain_as_rows_moved_to_the_front(
+        rows in fleet(), cost in knobs(),
+        required in prop::sample::select(vec![0u64, 0, 1, 2, 3]),
+        preferred in any::<bool>(),
+        seed in proptest::option::of(any::<u64>()), entropy in any::<u64>(),
+    ) {
+        let taints = [PreferredTaint { taint: Taint::new(1).unwrap(), weight: 0.3 }];
+        let mut request = Request::new(2048, 16).required_taints(TaintSet(required));
+        if preferred {
+            request = request.preferred_taints(&taints);
+        }
+        let picker = DefaultPicker { temperature: 0.0 };
+        let in_place = Policy::new((), (cost,), picker).unwrap().with_seed(seed);
+        let moved = Policy::new((), (cost,), Compacting(picker)).unwrap().with_seed(seed);
+        let mut a = Box::new(Selector::<64>::with_entropy(entropy));
+        let mut b = Box::new(Selector::<64>::with_entropy(entropy));
+        let (mut why_a, mut why_b) = ([Explanation::EMPTY; 48], [Explanation::EMPTY; 48]);
+        for round in 0..4 {
+            let (x, y) = if round % 2 == 0 {
+                (in_place.select(&mut a, &request, &rows), moved.select(&mut b, &request, &rows))
+            } else {
+                (
+                    in_place.select_explained(&mut a, &request, &rows, &mut why_a),
+                    moved.select_explained(&mut b, &request, &rows, &mut why_b),
+                )
+            };
+            if let Ok(s) = &x {
+                prop_assert_eq!(a.last_costs().len(), s.candidates);
+                prop_assert_eq!(a.last_costs().count(), s.candidates);
+            }
+            prop_assert_eq!(outcome(x, &a), outcome(y, &b));
+            prop_assert_eq!(explained(&why_a[..rows.len()]), explained(&why_b[..rows.len()]));
+        }
+    }
+}
+
+/// A picker that claims the least-cost capability and answers the position of a row left in
+/// place (its cost NaN): an error naming the position, not that row.
+#[test]
+fn a_pick_of_a_row_left_in_place_is_out_of_range() {
+    struct LastPosition;
+    impl Picker for LastPosition {
+        fn inputs(&self, _leg: Leg) -> WorkerInputs {
+            WorkerInputs::NONE
+        }
+        fn pick(
+            &self,
+            input: &PickInput<'_>,
+            _work: &mut [f64],
+            _rng: &mut dyn RandomSource,
+        ) -> Result<Pick, ComponentError> {
+            Ok(Pick {
+                index: input.costs.len() - 1,
+                reason: PickReason::Custom,
+            })
+        }
+        fn picks_least_cost(&self) -> bool {
+            true
+        }
+    }
+    let load = Load {
+        available: true,
+        ..Load::default()
+    };
+    let rows: Vec<Row> = (0..20)
+        .map(|i| Row::new(WorkerKey::new(i, 0)).with_load(load))
+        .collect();
+    let mut last_overloaded = rows.clone();
+    last_overloaded[19] = last_overloaded[19].overloaded(true);
+    let policy = Policy::new((), (DefaultCost::default(),), LastPosition).unwrap();
+    let mut selector = Selector::<32>::new();
+    let s = policy
+        .select(&mut selector, &Request::new(64, 16), &rows)
+        .unwrap();
+    assert_eq!((s.row, s.candidates), (19, 20));
+    assert_eq!(
+        policy.select(&mut selector, &Request::new(64, 16), &last_overloaded),
+        Err(SelectError::PickOutOfRange {
+            index: 19,
+            candidates: 19
+        })
+    );
+    assert_eq!(
+        selector.last_costs().len(),
+        0,
+        "nothing kept from a failed selection"
+    );
+}

@@ -4,8 +4,8 @@
 use std::ffi::c_void;
 
 use libroute_core::{
-    Candidates, ComponentError, DefaultCost, Filter, Filters, Leg, RequestView, Row, RowView,
-    Scorer, Scorers, Verdict, WorkerInputs,
+    Candidates, ComponentError, DefaultCost, Filter, Filters, Leg, OnePass, RequestView, Row,
+    RowView, Scorer, Scorers, Verdict, WorkerInputs,
 };
 
 use crate::vocab::{libroute_request_info, libroute_row};
@@ -208,6 +208,19 @@ impl Scorer for AnyScorer {
     ) -> Option<usize> {
         match self {
             AnyScorer::Default(d) => d.score_all_rows(request, rows, order, costs),
+            AnyScorer::C(_) => None,
+        }
+    }
+
+    fn score_all_rows_in_place(
+        &self,
+        request: &RequestView<'_>,
+        rows: &[Row],
+        order: &mut [u32],
+        costs: &mut [f64],
+    ) -> Option<OnePass> {
+        match self {
+            AnyScorer::Default(d) => d.score_all_rows_in_place(request, rows, order, costs),
             AnyScorer::C(_) => None,
         }
     }

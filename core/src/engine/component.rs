@@ -238,6 +238,25 @@ pub trait Scorer {
         None
     }
 
+    /// [`Scorer::score_all_rows`], asked instead of it when this scorer is the policy's only
+    /// component and its picker [picks a least cost](Picker::picks_least_cost). Such a picker
+    /// reads only the costs and passes over NaN ones, so the pass may leave every row where it
+    /// is ([`OnePass::InPlace`]): `order[i]` is `i` for every row, with its top bit (`1 << 31`)
+    /// set when row `i` is not a candidate, and `costs[i]` its cost, NaN when it is not a
+    /// candidate. That spares moving the candidates to the front, a pass a fleet with
+    /// overloaded or ineligible rows otherwise pays. The default is the pass of
+    /// [`Scorer::score_all_rows`] ([`OnePass::Compacted`]).
+    fn score_all_rows_in_place(
+        &self,
+        request: &RequestView<'_>,
+        rows: &[Row],
+        order: &mut [u32],
+        costs: &mut [f64],
+    ) -> Option<OnePass> {
+        self.score_all_rows(request, rows, order, costs)
+            .map(OnePass::Compacted)
+    }
+
     /// Whether the costs [`Scorer::score_all_rows`] writes, whenever it returns `Some`, depend
     /// only on the request and each cost's own row, not on which other rows are candidates (a
     /// scorer that compares a row with the others, such as a load spread, must say `false`). The
@@ -278,6 +297,15 @@ pub trait Scorer {
         let _ = (run, request, candidates, columns, stride);
         None
     }
+}
+
+/// What [`Scorer::score_all_rows_in_place`] wrote, with the number of candidates.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OnePass {
+    /// As [`Scorer::score_all_rows`]: the candidates are `order[..m]`, their costs `costs[..m]`.
+    Compacted(usize),
+    /// Every row in its own place, those that are not candidates marked, with a NaN cost.
+    InPlace(usize),
 }
 
 /// Why a picker chose its row.
@@ -353,6 +381,17 @@ pub trait Picker {
     fn takes_turns(&self) -> bool {
         false
     }
+
+    /// A capability the engine asks for: whether every pick is a least-cost one, reading
+    /// nothing but the costs: the first candidate with the least cost, each later candidate
+    /// with the same cost taking its place with probability `1 / ties` (one draw from `rng`
+    /// per such candidate), NaN costs passed over, reported as [`PickReason::MinCost`]. The
+    /// engine may then leave rows that are not candidates among the costs, as NaN (see
+    /// [`Scorer::score_all_rows_in_place`]); `input.candidates` then lists them too, so such a
+    /// picker must not read it. The default is `false`.
+    fn picks_least_cost(&self) -> bool {
+        false
+    }
 }
 
 impl<T: Filter + ?Sized> Filter for &T {
@@ -396,6 +435,15 @@ impl<T: Scorer + ?Sized> Scorer for &T {
     ) -> Option<usize> {
         (**self).score_all_rows(request, rows, order, costs)
     }
+    fn score_all_rows_in_place(
+        &self,
+        request: &RequestView<'_>,
+        rows: &[Row],
+        order: &mut [u32],
+        costs: &mut [f64],
+    ) -> Option<OnePass> {
+        (**self).score_all_rows_in_place(request, rows, order, costs)
+    }
     fn costs_are_per_row(&self) -> bool {
         (**self).costs_are_per_row()
     }
@@ -415,6 +463,9 @@ impl<T: Picker + ?Sized> Picker for &T {
     }
     fn takes_turns(&self) -> bool {
         (**self).takes_turns()
+    }
+    fn picks_least_cost(&self) -> bool {
+        (**self).picks_least_cost()
     }
 }
 

@@ -12,8 +12,8 @@ mod selector;
 
 pub(crate) use component::refusal_among;
 pub use component::{
-    Admission, ComponentError, Filter, Filters, Pick, PickInput, PickReason, Picker, Scorer,
-    Scorers, Verdict,
+    Admission, ComponentError, Filter, Filters, OnePass, Pick, PickInput, PickReason, Picker,
+    Scorer, Scorers, Verdict,
 };
 pub use outcome::{Disposition, Explanation, SelectError, Selection};
 pub(crate) use policy::{LEFT_OUT, compact_left_out, mark_unfiltered};

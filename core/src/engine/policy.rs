@@ -4,8 +4,8 @@
 use core::fmt;
 
 use super::component::{
-    Admission, ComponentError, Filters, Pick, PickInput, PickReason, Picker, Scorer, Scorers,
-    Verdict,
+    Admission, ComponentError, Filters, OnePass, Pick, PickInput, PickReason, Picker, Scorer,
+    Scorers, Verdict,
 };
 use super::outcome::{Disposition, Explanation, SelectError, Selection};
 use super::rng::{RandomSource, WyRand};
@@ -237,8 +237,11 @@ impl<F: Filters, S: Scorers, P: Picker> Policy<F, S, P> {
             return;
         };
         let scorers = self.scorers.len();
-        let m = selector.last.candidates;
-        for (k, &i) in selector.order[..m].iter().enumerate() {
+        for (k, &i) in selector.order[..selector.last.entries].iter().enumerate() {
+            // Rows left in place that are not candidates are marked.
+            if i & LEFT_OUT != 0 {
+                continue;
+            }
             let Some(e) = out.get_mut(i as usize) else {
                 continue;
             };
@@ -333,15 +336,19 @@ impl<F: Filters, S: Scorers, P: Picker> Policy<F, S, P> {
         }
         let leg = request.leg();
         // The union of every component's inputs, gathered as each is asked (as `Policy::inputs`).
-        let (m, mut declared) = match self.fused(scratch, request, rows, sort) {
+        // `entries` is how many entries of `order` the candidates are among: `m` when they were
+        // moved to the front, every row's when the rows that are not were left in place.
+        let ((entries, m), mut declared) = match self.fused(scratch, request, rows, sort) {
             Some(fused) => fused?,
-            None => self.admit_and_score(scratch, request, rows, sort)?,
+            None => self
+                .admit_and_score(scratch, request, rows, sort)
+                .map(|(m, declared)| ((m, m), declared))?,
         };
-        let order: &[u32] = &scratch.order[..m];
+        let order: &[u32] = &scratch.order[..entries];
         let scorers = self.scorers.len();
         let capacity = scratch.capacity;
         let totals: &[f64] = if scorers == 1 {
-            &scratch.costs[..m]
+            &scratch.costs[..entries]
         } else {
             &scratch.totals[..m]
         };
@@ -365,9 +372,10 @@ impl<F: Filters, S: Scorers, P: Picker> Policy<F, S, P> {
             }
             let pick = self
                 .picker
-                .pick(&input, &mut scratch.work[..m], rng)
+                .pick(&input, &mut scratch.work[..entries], rng)
                 .map_err(SelectError::PickerFailed)?;
-            if pick.index >= m {
+            // A position past the candidates, or of a row left in place that is not one.
+            if order.get(pick.index).is_none_or(|&i| i & LEFT_OUT != 0) {
                 return Err(SelectError::PickOutOfRange {
                     index: pick.index,
                     candidates: m,
@@ -378,6 +386,7 @@ impl<F: Filters, S: Scorers, P: Picker> Policy<F, S, P> {
 
         let row = order[pick.index] as usize;
         *scratch.last = Last {
+            entries,
             candidates: m,
             in_first_column: scorers == 1,
         };
@@ -705,7 +714,10 @@ impl<F: Filters, S: Scorers, P: Picker> Policy<F, S, P> {
     /// offers its pass ([`Filter::check_rows`]), are then asked about the pass's candidates, in
     /// row order as before scoring, and the candidates they keep move to the front with their
     /// costs; the other scorers then score those candidates into their columns, and the columns
-    /// are summed, as in [`Policy::admit_and_score`]. Returns the candidate count and the union
+    /// are summed, as in [`Policy::admit_and_score`]. A policy whose only component is the scorer
+    /// asks for the pass in place ([`Scorer::score_all_rows_in_place`]) when its picker passes
+    /// over NaN costs ([`Picker::picks_least_cost`]). Returns how many entries of `order` the
+    /// candidates are among (all rows' when left in place), the candidate count and the union
     /// of the components' inputs, or `None` when the general steps must run instead (also when
     /// the filters keep no candidate, for them to say why); they then overwrite everything this
     /// wrote. An error of the other scorers is the selection's (no scorer is asked twice): the
@@ -714,6 +726,8 @@ impl<F: Filters, S: Scorers, P: Picker> Policy<F, S, P> {
     /// checked finite first; when it is not, the general steps decide and name it).
     ///
     /// [`Scorer::score_all_rows`]: crate::engine::Scorer::score_all_rows
+    /// [`Scorer::score_all_rows_in_place`]: crate::engine::Scorer::score_all_rows_in_place
+    /// [`Picker::picks_least_cost`]: crate::engine::Picker::picks_least_cost
     /// [`Scorer::costs_are_per_row`]: crate::engine::Scorer::costs_are_per_row
     /// [`Filter::check_rows`]: crate::engine::Filter::check_rows
     fn fused(
@@ -722,7 +736,7 @@ impl<F: Filters, S: Scorers, P: Picker> Policy<F, S, P> {
         request: &Request<'_>,
         rows: &[Row],
         sort: bool,
-    ) -> Option<Result<(usize, WorkerInputs), SelectError>> {
+    ) -> Option<Result<Scored, SelectError>> {
         let scorers = self.scorers.len();
         let filtered = !self.filters.is_empty();
         if request.pin.is_some() || scorers == 0 {
@@ -741,17 +755,25 @@ impl<F: Filters, S: Scorers, P: Picker> Policy<F, S, P> {
         let mut declared = scorer.inputs(leg);
         let view = RequestView::new(request, declared);
         let column = first * capacity..first * capacity + n;
-        let m = scorer.score_all_rows(
-            &view,
-            rows,
-            &mut scratch.order[..n],
-            &mut scratch.costs[column.clone()],
-        )?;
+        let (order, costs) = (&mut scratch.order[..n], &mut scratch.costs[column.clone()]);
+        // The only component a scorer, for a picker that passes over NaN costs: the rows that
+        // are not candidates may stay where they are.
+        if !filtered && scorers == 1 && self.picker.picks_least_cost() {
+            let (entries, m) = match scorer.score_all_rows_in_place(&view, rows, order, costs)? {
+                OnePass::Compacted(m) => (m, m),
+                OnePass::InPlace(m) => (n, m),
+            };
+            if m == 0 || m > n {
+                return None;
+            }
+            return Some(Ok(((entries, m), declared)));
+        }
+        let m = scorer.score_all_rows(&view, rows, order, costs)?;
         if m == 0 || m > n {
             return None;
         }
         if !filtered && scorers == 1 {
-            return Some(Ok((m, declared)));
+            return Some(Ok(((m, m), declared)));
         }
         let mut m = m;
         if filtered {
@@ -778,7 +800,7 @@ impl<F: Filters, S: Scorers, P: Picker> Policy<F, S, P> {
             {
                 None
             }
-            outcome => Some(outcome),
+            outcome => Some(outcome.map(|(m, declared)| ((m, m), declared))),
         }
     }
 
@@ -799,6 +821,10 @@ impl<F: Filters, S: Scorers, P: Picker> Policy<F, S, P> {
         }
     }
 }
+
+/// What [`Policy::fused`] scored: how many entries of `order` the candidates are among, how many
+/// candidates there are, and the union of the components' inputs.
+type Scored = ((usize, usize), WorkerInputs);
 
 /// `totals[k] = (0 + c0[k]) + c1[k] + ... + c(S-1)[k]` for the first `S` columns of `costs`
 /// (`capacity` apart), the candidates' costs summed in scorer order in one pass over them.

@@ -3,7 +3,7 @@
 
 use core::fmt;
 
-use super::policy::MAX_SCORERS;
+use super::policy::{LEFT_OUT, MAX_SCORERS};
 use super::rng::WyRand;
 
 /// Caller-owned scratch for selections: buffers of capacity `N` and the random stream.
@@ -35,6 +35,10 @@ pub struct Selector<const N: usize> {
 /// Where the last successful selection left its per-candidate totals.
 #[derive(Debug, Clone, Copy, Default)]
 pub(super) struct Last {
+    /// How many entries of `order` (and of the cost columns) the candidates are among: the
+    /// candidates alone, or every row when those that are not candidates were left in place,
+    /// marked [`LEFT_OUT`].
+    pub(super) entries: usize,
     pub(super) candidates: usize,
     /// With exactly one scorer the totals are that scorer's column.
     pub(super) in_first_column: bool,
@@ -85,6 +89,7 @@ impl<const N: usize> Selector<N> {
             unseeded: WyRand::with_seed(entropy),
             seeded: None,
             last: Last {
+                entries: 0,
                 candidates: 0,
                 in_first_column: false,
             },
@@ -120,16 +125,16 @@ impl<const N: usize> Selector<N> {
     /// ```
     #[must_use = "iterators are lazy"]
     pub fn last_costs(&self) -> impl ExactSizeIterator<Item = (usize, f64)> + '_ {
-        let m = self.last.candidates;
+        let entries = self.last.entries;
         let totals = if self.last.in_first_column {
-            &self.costs[0][..m]
+            &self.costs[0][..entries]
         } else {
-            &self.totals[..m]
+            &self.totals[..entries]
         };
-        self.order[..m]
-            .iter()
-            .zip(totals)
-            .map(|(&i, &c)| (i as usize, c))
+        LastCosts {
+            entries: self.order[..entries].iter().zip(totals),
+            left: self.last.candidates,
+        }
     }
 
     pub(super) fn view(&mut self) -> Scratch<'_> {
@@ -156,3 +161,27 @@ pub(super) struct Scratch<'a> {
     pub(super) last: &'a mut Last,
     pub(super) turn: &'a mut u64,
 }
+
+/// [`Selector::last_costs`]: the candidates among the entries, passing over those marked
+/// [`LEFT_OUT`] (rows left in place that are not candidates).
+struct LastCosts<'a> {
+    entries: core::iter::Zip<core::slice::Iter<'a, u32>, core::slice::Iter<'a, f64>>,
+    /// Candidates not yet returned.
+    left: usize,
+}
+
+impl Iterator for LastCosts<'_> {
+    type Item = (usize, f64);
+
+    fn next(&mut self) -> Option<(usize, f64)> {
+        let (&i, &cost) = self.entries.find(|&(&i, _)| i & LEFT_OUT == 0)?;
+        self.left -= 1;
+        Some((i as usize, cost))
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        (self.left, Some(self.left))
+    }
+}
+
+impl ExactSizeIterator for LastCosts<'_> {}

@@ -11,8 +11,8 @@
 
 use crate::engine::rng::{self, RandomSource};
 use crate::engine::{
-    Admission, ComponentError, Filter, Filters, Pick, PickInput, PickReason, Picker, Scorer,
-    Scorers, Verdict,
+    Admission, ComponentError, Filter, Filters, OnePass, Pick, PickInput, PickReason, Picker,
+    Scorer, Scorers, Verdict,
 };
 use crate::engine::{LEFT_OUT, MAX_SCORERS, compact_left_out, mark_unfiltered, refusal_among};
 use crate::policies::default::{EXACT_LIMIT, exact_f64, for_each_odd_row, tidy_reference};
@@ -1661,6 +1661,10 @@ impl Picker for MinCostPicker {
     ) -> Result<Pick, ComponentError> {
         DefaultPicker { temperature: 0.0 }.pick(input, work, rng)
     }
+
+    fn picks_least_cost(&self) -> bool {
+        true
+    }
 }
 
 /// A uniformly random candidate, ignoring costs.
@@ -1947,6 +1951,22 @@ impl Scorer for WeightedScorer {
         }
     }
 
+    fn score_all_rows_in_place(
+        &self,
+        request: &RequestView<'_>,
+        rows: &[Row],
+        order: &mut [u32],
+        costs: &mut [f64],
+    ) -> Option<OnePass> {
+        if self.weight == 1.0 {
+            self.scorer
+                .get()
+                .score_all_rows_in_place(request, rows, order, costs)
+        } else {
+            None
+        }
+    }
+
     fn costs_are_per_row(&self) -> bool {
         self.scorer.get().costs_are_per_row()
     }
@@ -2124,6 +2144,10 @@ impl Picker for BuiltinPicker {
 
     fn takes_turns(&self) -> bool {
         self.get().takes_turns()
+    }
+
+    fn picks_least_cost(&self) -> bool {
+        self.get().picks_least_cost()
     }
 }
 
