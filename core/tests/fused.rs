@@ -8,8 +8,9 @@
 //! capability.
 
 use libroute_core::catalog::{
-    BuiltinPicker, BuiltinScorer, DynamoTwoTier, LeastLoaded, LoadMetric, MinCostPicker,
-    PowerOfChoices, QueueScore, SessionAffinity, SglangCacheAware, WeightedScorer,
+    self, AllowList, BuiltinFilter, BuiltinPicker, BuiltinScorer, DynamoTwoTier, LeastLoaded,
+    LoadMetric, MinCostPicker, OverloadLimits, PowerOfChoices, QueueScore, SessionAffinity,
+    SglangCacheAware, WeightedScorer,
 };
 use libroute_core::*;
 use proptest::prelude::*;
@@ -839,13 +840,17 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 2000, ..ProptestConfig::default() })]
 
     /// The one pass leaves the rows that are not candidates in place for a picker of the least
-    /// cost (`Scorer::score_all_rows_in_place`): the same selections, random streams, candidate
-    /// counts, last costs and explanations as with the candidates moved to the front.
+    /// cost (`Scorer::score_all_rows_in_place`), and so do the filters after it: the same
+    /// selections, random streams, candidate counts, last costs and explanations as with the
+    /// candidates moved to the front. The scorer is the default cost, which leaves rows in
+    /// place, or least loaded, which moves its candidates to the front before the filters ask.
     #[test]
     fn rows_left_in_place_select_and_explain_as_rows_moved_to_the_front(
-        rows in fleet(), cost in knobs(),
+        rows in fleet(), cost in knobs(), least_loaded in proptest::bool::weighted(0.3),
         required in prop::sample::select(vec![0u64, 0, 1, 2, 3]),
         preferred in any::<bool>(),
+        overload in proptest::option::of(0u64..40),
+        allowed in proptest::option::of(proptest::collection::vec(0u64..24, 0..12)),
         seed in proptest::option::of(any::<u64>()), entropy in any::<u64>(),
     ) {
         let taints = [PreferredTaint { taint: Taint::new(1).unwrap(), weight: 0.3 }];
@@ -853,9 +858,25 @@ proptest! {
         if preferred {
             request = request.preferred_taints(&taints);
         }
+        let mut filters = catalog::List::<BuiltinFilter, 2>::new();
+        if let Some(max_requests) = overload {
+            let limits = OverloadLimits { max_requests: Some(max_requests), ..OverloadLimits::default() };
+            filters.push(BuiltinFilter::OverloadLimits(limits)).unwrap();
+        }
+        if let Some(ids) = &allowed {
+            filters.push(BuiltinFilter::AllowList(AllowList::new(ids).unwrap())).unwrap();
+        }
+        let scorer = WeightedScorer {
+            scorer: if least_loaded {
+                BuiltinScorer::LeastLoaded(LeastLoaded { metric: LoadMetric::ActiveRequests })
+            } else {
+                BuiltinScorer::Default(cost)
+            },
+            weight: 1.0,
+        };
         let picker = DefaultPicker { temperature: 0.0 };
-        let in_place = Policy::new((), (cost,), picker).unwrap().with_seed(seed);
-        let moved = Policy::new((), (cost,), Compacting(picker)).unwrap().with_seed(seed);
+        let in_place = Policy::new(filters.clone(), (scorer,), picker).unwrap().with_seed(seed);
+        let moved = Policy::new(filters, (scorer,), Compacting(picker)).unwrap().with_seed(seed);
         let mut a = Box::new(Selector::<64>::with_entropy(entropy));
         let mut b = Box::new(Selector::<64>::with_entropy(entropy));
         let (mut why_a, mut why_b) = ([Explanation::EMPTY; 48], [Explanation::EMPTY; 48]);

@@ -239,7 +239,7 @@ pub trait Scorer {
     }
 
     /// [`Scorer::score_all_rows`], asked instead of it when this scorer is the policy's only
-    /// component and its picker [picks a least cost](Picker::picks_least_cost). Such a picker
+    /// scorer and its picker [picks a least cost](Picker::picks_least_cost). Such a picker
     /// reads only the costs and passes over NaN ones, so the pass may leave every row where it
     /// is ([`OnePass::InPlace`]): `order[i]` is `i` for every row, with its top bit (`1 << 31`)
     /// set when row `i` is not a candidate, and `costs[i]` its cost, NaN when it is not a

@@ -714,9 +714,11 @@ impl<F: Filters, S: Scorers, P: Picker> Policy<F, S, P> {
     /// offers its pass ([`Filter::check_rows`]), are then asked about the pass's candidates, in
     /// row order as before scoring, and the candidates they keep move to the front with their
     /// costs; the other scorers then score those candidates into their columns, and the columns
-    /// are summed, as in [`Policy::admit_and_score`]. A policy whose only component is the scorer
-    /// asks for the pass in place ([`Scorer::score_all_rows_in_place`]) when its picker passes
-    /// over NaN costs ([`Picker::picks_least_cost`]). Returns how many entries of `order` the
+    /// are summed, as in [`Policy::admit_and_score`]. A policy of one scorer asks for the pass in
+    /// place ([`Scorer::score_all_rows_in_place`]) when its picker passes over NaN costs
+    /// ([`Picker::picks_least_cost`]), and the rows its filters leave out then stay in place
+    /// too, marked, with a NaN cost, instead of the candidates moving to the front. Returns how
+    /// many entries of `order` the
     /// candidates are among (all rows' when left in place), the candidate count and the union
     /// of the components' inputs, or `None` when the general steps must run instead (also when
     /// the filters keep no candidate, for them to say why); they then overwrite everything this
@@ -756,15 +758,35 @@ impl<F: Filters, S: Scorers, P: Picker> Policy<F, S, P> {
         let view = RequestView::new(request, declared);
         let column = first * capacity..first * capacity + n;
         let (order, costs) = (&mut scratch.order[..n], &mut scratch.costs[column.clone()]);
-        // The only component a scorer, for a picker that passes over NaN costs: the rows that
-        // are not candidates may stay where they are.
-        if !filtered && scorers == 1 && self.picker.picks_least_cost() {
-            let (entries, m) = match scorer.score_all_rows_in_place(&view, rows, order, costs)? {
-                OnePass::Compacted(m) => (m, m),
-                OnePass::InPlace(m) => (n, m),
-            };
+        // One scorer, and a picker that passes over NaN costs: the rows that are not candidates
+        // may stay where they are, those the filters leave out too, marked, with a NaN cost.
+        if scorers == 1 && self.picker.picks_least_cost() {
+            let (entries, mut m) =
+                match scorer.score_all_rows_in_place(&view, rows, order, costs)? {
+                    OnePass::Compacted(m) => (m, m),
+                    OnePass::InPlace(m) => (n, m),
+                };
             if m == 0 || m > n {
                 return None;
+            }
+            if filtered {
+                let filter_inputs = self.filter_inputs(leg);
+                declared |= filter_inputs;
+                let mut admission = Admission::new(rows, &mut order[..entries], 0);
+                self.filters
+                    .check_rows(&RequestView::new(request, filter_inputs), &mut admission)?;
+                let (order, rejected, overloaded) = admission.finish();
+                m -= rejected + overloaded;
+                if m == 0 {
+                    return None;
+                }
+                for (cost, &entry) in costs[..entries].iter_mut().zip(order.iter()) {
+                    *cost = if entry & LEFT_OUT == 0 {
+                        *cost
+                    } else {
+                        f64::NAN
+                    };
+                }
             }
             return Some(Ok(((entries, m), declared)));
         }
