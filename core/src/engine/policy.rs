@@ -760,26 +760,29 @@ impl<F: Filters, S: Scorers, P: Picker> Policy<F, S, P> {
         let (order, costs) = (&mut scratch.order[..n], &mut scratch.costs[column.clone()]);
         // One scorer, and a picker that passes over NaN costs: the rows that are not candidates
         // may stay where they are, those the filters leave out too, marked, with a NaN cost.
-        if scorers == 1 && self.picker.picks_least_cost() {
-            let (entries, mut m) =
-                match scorer.score_all_rows_in_place(&view, rows, order, costs)? {
-                    OnePass::Compacted(m) => (m, m),
-                    OnePass::InPlace(m) => (n, m),
-                };
-            if m == 0 || m > n {
-                return None;
+        // `entries` is how many entries of `order` the candidates are among.
+        let in_place = scorers == 1 && self.picker.picks_least_cost();
+        let (mut entries, mut m) = if in_place {
+            match scorer.score_all_rows_in_place(&view, rows, order, costs)? {
+                OnePass::Compacted(m) => (m, m),
+                OnePass::InPlace(m) => (n, m),
             }
-            if filtered {
-                let filter_inputs = self.filter_inputs(leg);
-                declared |= filter_inputs;
-                let mut admission = Admission::new(rows, &mut order[..entries], 0);
-                self.filters
-                    .check_rows(&RequestView::new(request, filter_inputs), &mut admission)?;
-                let (order, rejected, overloaded) = admission.finish();
+        } else {
+            let m = scorer.score_all_rows(&view, rows, order, costs)?;
+            (m, m)
+        };
+        if m == 0 || m > n {
+            return None;
+        }
+        if filtered {
+            let filter_inputs = self.filter_inputs(leg);
+            declared |= filter_inputs;
+            let mut admission = Admission::new(rows, &mut order[..entries], 0);
+            self.filters
+                .check_rows(&RequestView::new(request, filter_inputs), &mut admission)?;
+            let (order, rejected, overloaded) = admission.finish();
+            if in_place {
                 m -= rejected + overloaded;
-                if m == 0 {
-                    return None;
-                }
                 for (cost, &entry) in costs[..entries].iter_mut().zip(order.iter()) {
                     *cost = if entry & LEFT_OUT == 0 {
                         *cost
@@ -787,28 +790,16 @@ impl<F: Filters, S: Scorers, P: Picker> Policy<F, S, P> {
                         f64::NAN
                     };
                 }
+            } else {
+                m = compact_left_out(order, &mut costs[..m]);
+                entries = m;
             }
-            return Some(Ok(((entries, m), declared)));
-        }
-        let m = scorer.score_all_rows(&view, rows, order, costs)?;
-        if m == 0 || m > n {
-            return None;
-        }
-        if !filtered && scorers == 1 {
-            return Some(Ok(((m, m), declared)));
-        }
-        let mut m = m;
-        if filtered {
-            let filter_inputs = self.filter_inputs(leg);
-            declared |= filter_inputs;
-            let mut admission = Admission::new(rows, &mut scratch.order[..m], 0);
-            self.filters
-                .check_rows(&RequestView::new(request, filter_inputs), &mut admission)?;
-            let (order, _, _) = admission.finish();
-            m = compact_left_out(order, &mut scratch.costs[column.start..column.start + m]);
             if m == 0 {
                 return None;
             }
+        }
+        if scorers == 1 {
+            return Some(Ok(((entries, m), declared)));
         }
         let outcome = self.score_each(
             (request, rows, &scratch.order[..m]),

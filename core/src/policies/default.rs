@@ -515,10 +515,10 @@ fn cost_candidates<const M: u16>(
 /// the top bit set when the row is left out; only a fleet with rows left out pays for the
 /// compaction, a pass over those two arrays, and not even it `in_place` (for a picker that
 /// passes over NaN costs: [`OnePass::InPlace`]). Speeds, which this cost does not read, are
-/// validated in a second pass only when some
-/// row carries one. `None` when a row is invalid, a counter too large for [`exact_f64`], no row
-/// a candidate or more than 2^31 rows: the general pipeline then decides and reports. Every cost
-/// is finite without a check: see [`DefaultCost::costs_are_bounded`].
+/// validated in a second pass only when some row carries one. `None` when a row is invalid, a
+/// counter too large for [`exact_f64`], no row a candidate or more than 2^31 rows: the general
+/// pipeline then decides and reports. Every cost is finite without a check: see
+/// [`DefaultCost::costs_are_bounded`].
 #[allow(clippy::inline_always, reason = "one loop per mode")]
 #[inline(always)]
 fn admit_and_cost<const M: u16>(
