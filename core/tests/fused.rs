@@ -842,11 +842,13 @@ proptest! {
     /// The one pass leaves the rows that are not candidates in place for a picker of the least
     /// cost (`Scorer::score_all_rows_in_place`), and so do the filters after it: the same
     /// selections, random streams, candidate counts, last costs and explanations as with the
-    /// candidates moved to the front. The scorer is the default cost, which leaves rows in
-    /// place, or least loaded, which moves its candidates to the front before the filters ask.
+    /// candidates moved to the front. The scorer is the default cost, least loaded or one of the
+    /// two-mode rules, each of which leaves rows in place (the two-mode rules only without
+    /// filters: their costs compare candidates, so filters send them to the general steps).
     #[test]
     fn rows_left_in_place_select_and_explain_as_rows_moved_to_the_front(
-        rows in fleet(), cost in knobs(), least_loaded in proptest::bool::weighted(0.3),
+        rows in fleet(), cost in knobs(), scorer in prop::sample::select(vec![0u32, 0, 1, 2, 3]),
+        (spread, ratio, share) in (0u64..40, prop::sample::select(vec![1.0, 1.5]), prop::sample::select(vec![0.0, 0.3])),
         required in prop::sample::select(vec![0u64, 0, 1, 2, 3]),
         preferred in any::<bool>(),
         overload in proptest::option::of(0u64..40),
@@ -867,10 +869,10 @@ proptest! {
             filters.push(BuiltinFilter::AllowList(AllowList::new(ids).unwrap())).unwrap();
         }
         let scorer = WeightedScorer {
-            scorer: if least_loaded {
-                BuiltinScorer::LeastLoaded(LeastLoaded { metric: LoadMetric::ActiveRequests })
-            } else {
-                BuiltinScorer::Default(cost)
+            scorer: match scorer {
+                0 => BuiltinScorer::Default(cost),
+                1 => BuiltinScorer::LeastLoaded(LeastLoaded { metric: LoadMetric::ActiveRequests }),
+                _ => two_mode_rule(scorer == 3, spread, ratio, share),
             },
             weight: 1.0,
         };

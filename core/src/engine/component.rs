@@ -308,6 +308,19 @@ pub enum OnePass {
     InPlace(usize),
 }
 
+impl OnePass {
+    /// The candidate count of a [`OnePass::Compacted`] pass, `None` for one left in place: what
+    /// [`Scorer::score_all_rows`] returns when it shares its pass with
+    /// [`Scorer::score_all_rows_in_place`].
+    #[must_use]
+    pub const fn compacted(self) -> Option<usize> {
+        match self {
+            OnePass::Compacted(m) => Some(m),
+            OnePass::InPlace(_) => None,
+        }
+    }
+}
+
 /// Why a picker chose its row.
 #[derive(Debug, Clone, Copy, PartialEq)]
 #[non_exhaustive]

@@ -783,13 +783,7 @@ impl<F: Filters, S: Scorers, P: Picker> Policy<F, S, P> {
             let (order, rejected, overloaded) = admission.finish();
             if in_place {
                 m -= rejected + overloaded;
-                for (cost, &entry) in costs[..entries].iter_mut().zip(order.iter()) {
-                    *cost = if entry & LEFT_OUT == 0 {
-                        *cost
-                    } else {
-                        f64::NAN
-                    };
-                }
+                nan_left_out(order, &mut costs[..entries]);
             } else {
                 m = compact_left_out(order, &mut costs[..m]);
                 entries = m;
@@ -988,6 +982,22 @@ pub(crate) fn mark_unfiltered(
 /// takes at most 2^31 rows. Admission loops write every row's index, marked or not, so they
 /// have no data-dependent store; [`compact_left_out`] then removes the marked ones.
 pub(crate) const LEFT_OUT: u32 = 1 << 31;
+
+/// Writes NaN to the cost beside every marked entry of `order` (as many as `costs`), so a
+/// picker of the least cost passes over the rows left out where they are
+/// ([`OnePass::InPlace`]): one branch-free pass over the two arrays.
+///
+/// [`OnePass::InPlace`]: crate::engine::OnePass::InPlace
+#[inline]
+pub(crate) fn nan_left_out(order: &[u32], costs: &mut [f64]) {
+    for (cost, &entry) in costs.iter_mut().zip(order) {
+        *cost = if entry & LEFT_OUT == 0 {
+            *cost
+        } else {
+            f64::NAN
+        };
+    }
+}
 
 /// Moves the unmarked entries of `order` to its front, in order, and returns how many there
 /// are; `beside` (empty, or as long as `order`: the costs kept beside it) moves the same way.

@@ -761,10 +761,8 @@ impl Scorer for DefaultCost {
         order: &mut [u32],
         costs: &mut [f64],
     ) -> Option<usize> {
-        match self.one_pass(request, rows, order, costs, false)? {
-            OnePass::Compacted(m) => Some(m),
-            OnePass::InPlace(_) => None,
-        }
+        self.one_pass(request, rows, order, costs, false)?
+            .compacted()
     }
 
     /// The same pass, leaving the rows that are not candidates in place, marked and with a NaN
