@@ -1,6 +1,8 @@
 //! One selection of each builtin type of the catalog at 64 and 1,024 candidates (the shared
-//! benchmark fleet, a 2,048-token prompt), `ttft` also over a busy fleet (every prefill queue
-//! occupied, speeds measured), and `select_explained` for one of them. Medians are
+//! benchmark fleet, a 2,048-token prompt), each also over the mixed fleet (`{type}-mixed`: one
+//! row in ten overloaded, one without a load projection, one without a cache entry), `ttft` also
+//! over a busy fleet (every prefill queue occupied, speeds measured), and `select_explained` for
+//! one of them. Medians are
 //! recorded in `benches/RESULTS.md`; the counting-allocator test in `core/tests/no_alloc.rs`
 //! proves none of them allocates.
 
@@ -8,7 +10,7 @@ use std::hint::black_box;
 use std::time::Duration;
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
-use libroute_benches::{bench_fleet, busy_fleet};
+use libroute_benches::{bench_fleet, busy_fleet, mixed_fleet};
 use libroute_core::catalog_config::PolicyConfig;
 use libroute_core::{Explanation, Request, Row, Selector};
 
@@ -69,6 +71,9 @@ fn catalog(c: &mut Criterion) {
     let mut selector = Box::new(Selector::<1024>::new());
     for (name, json) in TYPES {
         select_group(c, &mut selector, &request, (name, json), bench_fleet);
+        // A real fleet always has a few such rows; no builtin should slow down much for them.
+        let group = format!("{name}-mixed");
+        select_group(c, &mut selector, &request, (&group, json), mixed_fleet);
     }
     // `ttft` again over a fleet without an idle prefill queue, whose workers have speeds: the
     // benchmark fleet has an idle one (worker 0) and none.
