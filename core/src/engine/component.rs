@@ -319,6 +319,23 @@ impl OnePass {
             OnePass::InPlace(_) => None,
         }
     }
+
+    /// The number of candidates, moved to the front or left in place.
+    pub(crate) const fn candidates(self) -> usize {
+        match self {
+            OnePass::Compacted(m) | OnePass::InPlace(m) => m,
+        }
+    }
+
+    /// How many entries of `order` (and of the costs beside it) the candidates are among, for a
+    /// pass over `rows` rows: the candidates alone when moved to the front, every row when left
+    /// in place.
+    pub(crate) const fn entries(self, rows: usize) -> usize {
+        match self {
+            OnePass::Compacted(m) => m,
+            OnePass::InPlace(_) => rows,
+        }
+    }
 }
 
 /// Why a picker chose its row.

@@ -4,8 +4,8 @@
 use core::fmt;
 
 use super::component::{
-    Admission, ComponentError, Filters, OnePass, Pick, PickInput, PickReason, Picker, Scorer,
-    Scorers, Verdict,
+    Admission, ComponentError, Filters, Pick, PickInput, PickReason, Picker, Scorer, Scorers,
+    Verdict,
 };
 use super::outcome::{Disposition, Explanation, SelectError, Selection};
 use super::rng::{RandomSource, WyRand};
@@ -763,10 +763,8 @@ impl<F: Filters, S: Scorers, P: Picker> Policy<F, S, P> {
         // `entries` is how many entries of `order` the candidates are among.
         let in_place = scorers == 1 && self.picker.picks_least_cost();
         let (mut entries, mut m) = if in_place {
-            match scorer.score_all_rows_in_place(&view, rows, order, costs)? {
-                OnePass::Compacted(m) => (m, m),
-                OnePass::InPlace(m) => (n, m),
-            }
+            let pass = scorer.score_all_rows_in_place(&view, rows, order, costs)?;
+            (pass.entries(n), pass.candidates())
         } else {
             let m = scorer.score_all_rows(&view, rows, order, costs)?;
             (m, m)

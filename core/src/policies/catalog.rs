@@ -279,10 +279,7 @@ fn two_mode_one_pass(
     let covers = as_cost(best) / as_cost(request.request_blocks()) > share;
     // `two_mode`'s `by_load`, negated: toward the overlap. Rows left in place keep their NaN.
     if !imbalanced(lo, hi, spread, ratio) && covers {
-        let entries = match pass {
-            OnePass::Compacted(m) => m,
-            OnePass::InPlace(_) => rows.len(),
-        };
+        let entries = pass.entries(rows.len());
         for (cost, &i) in costs[..entries].iter_mut().zip(&order[..entries]) {
             if i & LEFT_OUT == 0 {
                 *cost = as_cost(best - u64::from(rows[i as usize].cache().device_blocks));
