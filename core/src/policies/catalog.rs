@@ -1831,26 +1831,79 @@ impl Picker for PowerOfChoices {
         work: &mut [f64],
         rng: &mut dyn RandomSource,
     ) -> Result<Pick, ComponentError> {
-        let m = input.costs.len();
+        let costs = input.costs;
+        let m = costs.len();
         let draws = (self.k.max(1) as usize).min(m);
-        // A partial Fisher-Yates shuffle of the positions, held in the f64 scratch.
-        let positions = &mut work[..m];
-        for (k, p) in positions.iter_mut().enumerate() {
-            *p = k as f64;
-        }
         let mut best: Option<usize> = None;
-        for i in 0..draws {
-            let j = i + rng::index(rng, (m - i) as u64) as usize;
-            positions.swap(i, j);
-            let k = positions[i] as usize;
-            if best.is_none_or(|b| input.costs[k] < input.costs[b]) {
+        let mut consider = |k: usize| {
+            if best.is_none_or(|b| costs[k] < costs[b]) {
                 best = Some(k);
+            }
+        };
+        // A partial Fisher-Yates shuffle of the positions: draw `i` swaps position `i` with a
+        // random `j >= i` and takes what lands at `i`.
+        if draws <= FEW_DRAWS {
+            // Only the positions a draw moved differ from their index, so those are kept, not all
+            // `m`. Draw `i` reads positions `i` and `j`, and no later draw reads position `i`,
+            // so only `j` needs what was at `i`.
+            let mut moved = Moved::default();
+            for i in 0..draws {
+                let j = i + rng::index(rng, (m - i) as u64) as usize;
+                let (at_i, at_j) = (moved.at(i), moved.at(j));
+                moved.set(j, at_i);
+                consider(at_j);
+            }
+        } else {
+            // The positions in the f64 scratch (exact below 2^53).
+            let positions = &mut work[..m];
+            for (k, p) in positions.iter_mut().enumerate() {
+                *p = k as f64;
+            }
+            for i in 0..draws {
+                let j = i + rng::index(rng, (m - i) as u64) as usize;
+                positions.swap(i, j);
+                consider(positions[i] as usize);
             }
         }
         Ok(Pick {
             index: best.unwrap_or(0),
             reason: PickReason::Custom,
         })
+    }
+}
+
+/// [`PowerOfChoices`] keeps the positions its draws moved, rather than all of them, for at most
+/// this many draws.
+const FEW_DRAWS: usize = 8;
+
+/// The positions of a partial shuffle that differ from their index, as `(position, what is
+/// there)`: at most one per draw.
+#[derive(Default)]
+struct Moved {
+    entries: [(usize, usize); FEW_DRAWS],
+    len: usize,
+}
+
+impl Moved {
+    /// What is at `position`.
+    fn at(&self, position: usize) -> usize {
+        self.entries[..self.len]
+            .iter()
+            .find(|&&(p, _)| p == position)
+            .map_or(position, |&(_, k)| k)
+    }
+
+    /// Puts `k` at `position`.
+    fn set(&mut self, position: usize, k: usize) {
+        if let Some(entry) = self.entries[..self.len]
+            .iter_mut()
+            .find(|(p, _)| *p == position)
+        {
+            entry.1 = k;
+        } else {
+            self.entries[self.len] = (position, k);
+            self.len += 1;
+        }
     }
 }
 
@@ -2280,3 +2333,62 @@ pub type CatalogPolicy = crate::engine::Policy<
     List<WeightedScorer, MAX_SCORERS>,
     BuiltinPicker,
 >;
+
+#[cfg(test)]
+mod tests {
+    use super::PowerOfChoices;
+    use crate::engine::{PickInput, Picker, RandomSource, WyRand, rng};
+    use crate::vocab::{Candidates, Request, RequestView, WorkerInputs};
+    use std::vec::Vec;
+
+    /// The shuffle written plainly: every position in a vector.
+    fn power_of_choices(costs: &[f64], k: u32, rng: &mut WyRand) -> usize {
+        let m = costs.len();
+        let mut positions: Vec<usize> = (0..m).collect();
+        let mut best: Option<usize> = None;
+        for i in 0..(k.max(1) as usize).min(m) {
+            let j = i + usize::try_from(rng::index(rng, (m - i) as u64)).unwrap();
+            positions.swap(i, j);
+            let k = positions[i];
+            if best.is_none_or(|b| costs[k] < costs[b]) {
+                best = Some(k);
+            }
+        }
+        best.unwrap()
+    }
+
+    #[test]
+    fn power_of_choices_draws_as_a_shuffle_of_every_position() {
+        let request = Request::new(64, 16);
+        let view = RequestView::new(&request, WorkerInputs::NONE);
+        let mut costs_rng = WyRand::with_seed(3);
+        let mut work = [0.0; 40];
+        for m in 1..=40 {
+            // Few distinct costs, so draws tie.
+            let costs: Vec<f64> = (0..m)
+                .map(|_| f64::from(u32::try_from(rng::index(&mut costs_rng, 5)).unwrap()))
+                .collect();
+            let input = PickInput {
+                candidates: Candidates::new(view, &[], &[]),
+                costs: &costs,
+                turn: 0,
+            };
+            // Both sides of `FEW_DRAWS`, and more draws than candidates.
+            for k in 1..=12 {
+                for seed in 0..50 {
+                    let (mut a, mut b) = (WyRand::with_seed(seed), WyRand::with_seed(seed));
+                    let pick = PowerOfChoices { k }
+                        .pick(&input, &mut work, &mut a)
+                        .unwrap();
+                    assert_eq!(
+                        pick.index,
+                        power_of_choices(&costs, k, &mut b),
+                        "m {m} k {k}"
+                    );
+                    // The same draws, so the stream goes on alike.
+                    assert_eq!(a.next_u64(), b.next_u64());
+                }
+            }
+        }
+    }
+}
