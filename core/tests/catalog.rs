@@ -1028,3 +1028,32 @@ fn the_totals_sum_every_column_in_order() {
         assert_eq!(selection.row, least.1, "{count} scorers");
     }
 }
+
+/// A policy without scorers reports zero costs (the sum of no columns), also with a selector whose
+/// last selection summed the columns of a policy with several scorers: its picker, its
+/// `Selection::cost`, `last_costs` and explanations never see that selection's totals.
+#[test]
+fn a_policy_without_scorers_costs_zero_after_one_with_several() {
+    let rows = [row(1, 0, 5), row(2, 3, 0), row(3, 1, 9)];
+    let several = policy(r#"{"type": "llm_d"}"#);
+    for json in [r#"{"type": "round_robin"}"#, r#"{"type": "random"}"#] {
+        let none = policy(json);
+        let mut selector = Selector::<8>::new();
+        several.select(&mut selector, &REQ, &rows).unwrap();
+        assert!(selector.last_costs().any(|(_, c)| c != 0.0), "{json}");
+        let s = none.select(&mut selector, &REQ, &rows).unwrap();
+        assert_eq!(s.cost.to_bits(), 0, "{json}");
+        let last: Vec<(usize, f64)> = selector.last_costs().collect();
+        assert_eq!(last, [(0, 0.0), (1, 0.0), (2, 0.0)], "{json}");
+        let mut why = [Explanation::EMPTY; 3];
+        several
+            .select_explained(&mut selector, &REQ, &rows, &mut why)
+            .unwrap();
+        none.select_explained(&mut selector, &REQ, &rows, &mut why)
+            .unwrap();
+        assert!(
+            why.iter().all(|e| e.total.to_bits() == 0),
+            "{json}: {why:?}"
+        );
+    }
+}

@@ -335,6 +335,11 @@ impl<F: Filters, S: Scorers, P: Picker> Policy<F, S, P> {
             });
         }
         let leg = request.leg();
+        let scorers = self.scorers.len();
+        if scorers > 1 {
+            // This selection writes totals over the zeros a policy without scorers reads.
+            *scratch.zeros = 0;
+        }
         // The union of every component's inputs, gathered as each is asked (as `Policy::inputs`).
         // `entries` is how many entries of `order` the candidates are among: `m` when they were
         // moved to the front, every row's when the rows that are not were left in place.
@@ -344,8 +349,13 @@ impl<F: Filters, S: Scorers, P: Picker> Policy<F, S, P> {
                 .admit_and_score(scratch, request, rows, sort)
                 .map(|(m, declared)| ((m, m), declared))?,
         };
+        if scorers == 0 && *scratch.zeros < m {
+            // The sum of no columns, for the picker, the selection, `last_costs` and the
+            // explanations; not the totals an earlier selection with this selector left.
+            scratch.totals[..m].fill(0.0);
+            *scratch.zeros = m;
+        }
         let order: &[u32] = &scratch.order[..entries];
-        let scorers = self.scorers.len();
         let capacity = scratch.capacity;
         let totals: &[f64] = if scorers == 1 {
             &scratch.costs[..entries]

@@ -30,6 +30,8 @@ pub struct Selector<const N: usize> {
     pub(super) last: Last,
     /// Picks asked for so far ([`crate::PickInput::turn`]).
     pub(super) turn: u64,
+    /// How many leading `totals` are known to be zeros, the totals of a policy without scorers.
+    pub(super) zeros: usize,
 }
 
 /// Where the last successful selection left its per-candidate totals.
@@ -94,6 +96,7 @@ impl<const N: usize> Selector<N> {
                 in_first_column: false,
             },
             turn: 0,
+            zeros: N,
         }
     }
 
@@ -147,6 +150,7 @@ impl<const N: usize> Selector<N> {
             work: &mut self.work,
             last: &mut self.last,
             turn: &mut self.turn,
+            zeros: &mut self.zeros,
         }
     }
 }
@@ -160,6 +164,7 @@ pub(super) struct Scratch<'a> {
     pub(super) work: &'a mut [f64],
     pub(super) last: &'a mut Last,
     pub(super) turn: &'a mut u64,
+    pub(super) zeros: &'a mut usize,
 }
 
 /// [`Selector::last_costs`]: the candidates among the entries, passing over those marked
