@@ -9,8 +9,8 @@
 
 use libroute_core::catalog::{
     self, AllowList, BuiltinFilter, BuiltinPicker, BuiltinScorer, DynamoTwoTier, LeastLoaded,
-    LoadMetric, MinCostPicker, OverloadLimits, PowerOfChoices, QueueScore, SessionAffinity,
-    SglangCacheAware, WeightedScorer,
+    LoadMetric, MinCostPicker, OverloadLimits, PowerOfChoices, QueueScore, RandomPicker,
+    RoundRobinPicker, SessionAffinity, SglangCacheAware, WeightedScorer,
 };
 use libroute_core::*;
 use proptest::prelude::*;
@@ -811,10 +811,11 @@ fn a_composed_policys_failing_scorer_is_asked_once_and_named_as_in_the_general_s
     }
 }
 
-/// The default picker at temperature 0 without its capability to pass over NaN costs
-/// (`Picker::picks_least_cost`): the one pass then moves the candidates to the front.
-#[derive(Clone, Copy)]
-struct Compacting(DefaultPicker);
+/// A builtin picker without its capability to pass over NaN costs (`Picker::picks_least_cost`)
+/// or to find its candidates by position (`Picker::picks_by_position`): the one pass then moves
+/// the candidates to the front.
+#[derive(Clone)]
+struct Compacting(BuiltinPicker);
 
 impl Picker for Compacting {
     fn inputs(&self, leg: Leg) -> WorkerInputs {
@@ -829,6 +830,10 @@ impl Picker for Compacting {
     ) -> Result<Pick, ComponentError> {
         self.0.pick(input, work, rng)
     }
+
+    fn takes_turns(&self) -> bool {
+        self.0.takes_turns()
+    }
 }
 
 /// Every explanation field, costs included, as text: NaN totals compare equal that way.
@@ -840,7 +845,8 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 2000, ..ProptestConfig::default() })]
 
     /// The one pass leaves the rows that are not candidates in place for a picker of the least
-    /// cost (`Scorer::score_all_rows_in_place`), and so do the filters after it: the same
+    /// cost or one that finds its candidates by position (`Scorer::score_all_rows_in_place`),
+    /// and so do the filters after it: the same
     /// selections, random streams, candidate counts, last costs and explanations as with the
     /// candidates moved to the front. The scorer is the default cost, least loaded or one of the
     /// two-mode rules, each of which leaves rows in place (the two-mode rules only without
@@ -854,7 +860,14 @@ proptest! {
         overload in proptest::option::of(0u64..40),
         allowed in proptest::option::of(proptest::collection::vec(0u64..24, 0..12)),
         seed in proptest::option::of(any::<u64>()), entropy in any::<u64>(),
+        picker in prop::sample::select(vec![0u32, 0, 1, 2, 3, 4]),
     ) {
+        let picker = match picker {
+            0 => BuiltinPicker::Default(DefaultPicker { temperature: 0.0 }),
+            1 => BuiltinPicker::Random(RandomPicker),
+            2 => BuiltinPicker::RoundRobin(RoundRobinPicker),
+            k => BuiltinPicker::PowerOfChoices(PowerOfChoices { k: 2 * k - 5 }),
+        };
         let taints = [PreferredTaint { taint: Taint::new(1).unwrap(), weight: 0.3 }];
         let mut request = Request::new(2048, 16).required_taints(TaintSet(required));
         if preferred {
@@ -876,9 +889,9 @@ proptest! {
             },
             weight: 1.0,
         };
-        let picker = DefaultPicker { temperature: 0.0 };
-        let in_place = Policy::new(filters.clone(), (scorer,), picker).unwrap().with_seed(seed);
-        let moved = Policy::new(filters, (scorer,), Compacting(picker)).unwrap().with_seed(seed);
+        let moved = Policy::new(filters.clone(), (scorer,), Compacting(picker.clone()));
+        let moved = moved.unwrap().with_seed(seed);
+        let in_place = Policy::new(filters, (scorer,), picker).unwrap().with_seed(seed);
         let mut a = Box::new(Selector::<64>::with_entropy(entropy));
         let mut b = Box::new(Selector::<64>::with_entropy(entropy));
         let (mut why_a, mut why_b) = ([Explanation::EMPTY; 48], [Explanation::EMPTY; 48]);

@@ -239,9 +239,10 @@ pub trait Scorer {
     }
 
     /// [`Scorer::score_all_rows`], asked instead of it when this scorer is the policy's only
-    /// scorer and its picker [picks a least cost](Picker::picks_least_cost). Such a picker
-    /// reads only the costs and passes over NaN ones, so the pass may leave every row where it
-    /// is ([`OnePass::InPlace`]): `order[i]` is `i` for every row, with its top bit (`1 << 31`)
+    /// scorer and its picker [picks a least cost](Picker::picks_least_cost) or [picks by
+    /// position](Picker::picks_by_position). Such a picker passes over NaN costs, or finds its
+    /// candidates through [`PickInput::entry`], so the pass may leave every row where it is
+    /// ([`OnePass::InPlace`]): `order[i]` is `i` for every row, with its top bit (`1 << 31`)
     /// set when row `i` is not a candidate, and `costs[i]` its cost, NaN when it is not a
     /// candidate. That spares moving the candidates to the front, a pass a fleet with
     /// overloaded or ineligible rows otherwise pays. The default is the pass of
@@ -369,19 +370,55 @@ pub struct Pick {
 
 /// What a picker sees: the candidates and their summed costs, in the same order, and how many
 /// picks the caller's selector has asked for before this one.
+///
+/// For a picker that [picks a least cost](Picker::picks_least_cost) or [picks by
+/// position](Picker::picks_by_position), the engine may leave the rows that are not candidates
+/// among them, with a NaN cost: `costs` and `candidates` then have an entry per row, and
+/// [`PickInput::candidate_count`] says how many of those are candidates.
 #[derive(Debug, Clone, Copy)]
 #[non_exhaustive]
 pub struct PickInput<'a> {
     /// The candidates, under the picker's declaration.
     pub candidates: Candidates<'a>,
-    /// Summed, finite cost per candidate.
+    /// Summed, finite cost per candidate (NaN for an entry that is not one, see above).
     pub costs: &'a [f64],
+    /// How many candidates there are: `costs.len()`, unless rows that are not candidates were
+    /// left among them.
+    pub candidate_count: usize,
     /// Picks of turn-taking pickers ([`Picker::takes_turns`]) made with this
     /// [`crate::Selector`] before this one, since it was made or
     /// [`crate::Selector::reset_seeded`]: the position of such a picker, kept by the caller so
     /// that the picker stays an immutable value. Every turn-taking policy a selector runs shares
     /// the count; give each its own selector to keep their positions apart.
     pub turn: u64,
+}
+
+impl PickInput<'_> {
+    /// The entry of `costs` (the index a [`Pick`] names) of the `k`-th candidate: `k` itself,
+    /// unless rows that are not candidates were left among them; then the `k`-th unmarked entry,
+    /// found by counting the marks a block of 16 entries at a time. `costs.len()`, out of
+    /// range, for `k` at or past [`PickInput::candidate_count`].
+    #[must_use]
+    pub fn entry(&self, k: usize) -> usize {
+        let (_, order) = self.candidates.raw();
+        if self.candidate_count == order.len() {
+            return k.min(order.len());
+        }
+        let mut left = k;
+        for (b, block) in order.chunks(16).enumerate() {
+            // The block's candidates: entries without the top bit.
+            let here = block.iter().map(|&i| !i >> 31).sum::<u32>() as usize;
+            if left < here {
+                let mut unmarked = block
+                    .iter()
+                    .enumerate()
+                    .filter(|&(_, &i)| i & LEFT_OUT == 0);
+                return unmarked.nth(left).map_or(order.len(), |(j, _)| b * 16 + j);
+            }
+            left -= here;
+        }
+        order.len()
+    }
 }
 
 /// Chooses one candidate.
@@ -420,6 +457,16 @@ pub trait Picker {
     /// [`Scorer::score_all_rows_in_place`]); `input.candidates` then lists them too, so such a
     /// picker must not read it. The default is `false`.
     fn picks_least_cost(&self) -> bool {
+        false
+    }
+
+    /// A capability the engine asks for: whether every pick reads, of the candidates, only how
+    /// many there are ([`PickInput::candidate_count`]) and the costs of those it draws, each
+    /// found by its position through [`PickInput::entry`], which also gives the index it picks.
+    /// The engine may then leave rows that are not candidates in place, as for
+    /// [`Picker::picks_least_cost`]; such a picker must not read `input.candidates`, nor take
+    /// `input.costs.len()` for the candidate count. The default is `false`.
+    fn picks_by_position(&self) -> bool {
         false
     }
 }
@@ -496,6 +543,9 @@ impl<T: Picker + ?Sized> Picker for &T {
     }
     fn picks_least_cost(&self) -> bool {
         (**self).picks_least_cost()
+    }
+    fn picks_by_position(&self) -> bool {
+        (**self).picks_by_position()
     }
 }
 
@@ -744,3 +794,50 @@ tuple_lists!(3; A 0, B 1, C 2);
 tuple_lists!(4; A 0, B 1, C 2, D 3);
 tuple_lists!(5; A 0, B 1, C 2, D 3, E 4);
 tuple_lists!(6; A 0, B 1, C 2, D 3, E 4, F 5);
+
+#[cfg(test)]
+mod tests {
+    use super::{LEFT_OUT, PickInput};
+    use crate::vocab::{Candidates, Request, RequestView, WorkerInputs};
+    use std::vec::Vec;
+
+    #[test]
+    fn entry_is_the_position_of_the_kth_unmarked_entry() {
+        let request = Request::new(64, 16);
+        let view = RequestView::new(&request, WorkerInputs::NONE);
+        let mut state = 7u64;
+        for n in 1..80u32 {
+            for marks in 0..6 {
+                // Marks on some entries: none, every `marks + 1`-th, or pseudo-random ones.
+                let order: Vec<u32> = (0..n)
+                    .map(|i| {
+                        state = state
+                            .wrapping_mul(6_364_136_223_846_793_005)
+                            .wrapping_add(1);
+                        let marked = match marks {
+                            0 => false,
+                            1..=3 => i % (marks + 1) == 0,
+                            _ => state >> 62 == 0,
+                        };
+                        i | (u32::from(marked) * LEFT_OUT)
+                    })
+                    .collect();
+                let unmarked: Vec<usize> = (0..order.len())
+                    .filter(|&e| order[e] & LEFT_OUT == 0)
+                    .collect();
+                let costs = std::vec![0.0; order.len()];
+                let input = PickInput {
+                    candidates: Candidates::new(view, &[], &order),
+                    costs: &costs,
+                    candidate_count: unmarked.len(),
+                    turn: 0,
+                };
+                for k in 0..=unmarked.len() {
+                    let expected = unmarked.get(k).copied().unwrap_or(order.len());
+                    assert_eq!(input.entry(k), expected, "n {n} marks {marks} k {k}");
+                }
+                assert_eq!(input.entry(usize::MAX), order.len());
+            }
+        }
+    }
+}

@@ -375,6 +375,7 @@ impl<F: Filters, S: Scorers, P: Picker> Policy<F, S, P> {
             let input = PickInput {
                 candidates: Candidates::new(picker_view, rows, order),
                 costs: totals,
+                candidate_count: m,
                 turn: *scratch.turn,
             };
             if self.picker.takes_turns() {
@@ -726,7 +727,8 @@ impl<F: Filters, S: Scorers, P: Picker> Policy<F, S, P> {
     /// costs; the other scorers then score those candidates into their columns, and the columns
     /// are summed, as in [`Policy::admit_and_score`]. A policy of one scorer asks for the pass in
     /// place ([`Scorer::score_all_rows_in_place`]) when its picker passes over NaN costs
-    /// ([`Picker::picks_least_cost`]), and the rows its filters leave out then stay in place
+    /// ([`Picker::picks_least_cost`]) or finds its candidates by position
+    /// ([`Picker::picks_by_position`]), and the rows its filters leave out then stay in place
     /// too, marked, with a NaN cost, instead of the candidates moving to the front. Returns how
     /// many entries of `order` the
     /// candidates are among (all rows' when left in place), the candidate count and the union
@@ -740,6 +742,7 @@ impl<F: Filters, S: Scorers, P: Picker> Policy<F, S, P> {
     /// [`Scorer::score_all_rows`]: crate::engine::Scorer::score_all_rows
     /// [`Scorer::score_all_rows_in_place`]: crate::engine::Scorer::score_all_rows_in_place
     /// [`Picker::picks_least_cost`]: crate::engine::Picker::picks_least_cost
+    /// [`Picker::picks_by_position`]: crate::engine::Picker::picks_by_position
     /// [`Scorer::costs_are_per_row`]: crate::engine::Scorer::costs_are_per_row
     /// [`Filter::check_rows`]: crate::engine::Filter::check_rows
     fn fused(
@@ -768,10 +771,12 @@ impl<F: Filters, S: Scorers, P: Picker> Policy<F, S, P> {
         let view = RequestView::new(request, declared);
         let column = first * capacity..first * capacity + n;
         let (order, costs) = (&mut scratch.order[..n], &mut scratch.costs[column.clone()]);
-        // One scorer, and a picker that passes over NaN costs: the rows that are not candidates
-        // may stay where they are, those the filters leave out too, marked, with a NaN cost.
-        // `entries` is how many entries of `order` the candidates are among.
-        let in_place = scorers == 1 && self.picker.picks_least_cost();
+        // One scorer, and a picker that passes over NaN costs or finds its candidates by
+        // position: the rows that are not candidates may stay where they are, those the
+        // filters leave out too, marked, with a NaN cost. `entries` is how many entries of
+        // `order` the candidates are among.
+        let in_place =
+            scorers == 1 && (self.picker.picks_least_cost() || self.picker.picks_by_position());
         let (mut entries, mut m) = if in_place {
             let pass = scorer.score_all_rows_in_place(&view, rows, order, costs)?;
             (pass.entries(n), pass.candidates())

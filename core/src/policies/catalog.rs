@@ -1759,12 +1759,16 @@ impl Picker for RandomPicker {
         _work: &mut [f64],
         rng: &mut dyn RandomSource,
     ) -> Result<Pick, ComponentError> {
-        let m = input.costs.len() as u64;
+        let m = input.candidate_count as u64;
         #[allow(clippy::cast_possible_truncation, reason = "index < m <= usize::MAX")]
         Ok(Pick {
-            index: rng::index(rng, m) as usize,
+            index: input.entry(rng::index(rng, m) as usize),
             reason: PickReason::Custom,
         })
+    }
+
+    fn picks_by_position(&self) -> bool {
+        true
     }
 }
 
@@ -1786,15 +1790,19 @@ impl Picker for RoundRobinPicker {
         _work: &mut [f64],
         _rng: &mut dyn RandomSource,
     ) -> Result<Pick, ComponentError> {
-        let m = input.costs.len() as u64;
+        let m = input.candidate_count as u64;
         #[allow(clippy::cast_possible_truncation, reason = "index < m <= usize::MAX")]
         Ok(Pick {
-            index: (input.turn % m) as usize,
+            index: input.entry((input.turn % m) as usize),
             reason: PickReason::Custom,
         })
     }
 
     fn takes_turns(&self) -> bool {
+        true
+    }
+
+    fn picks_by_position(&self) -> bool {
         true
     }
 }
@@ -1831,13 +1839,17 @@ impl Picker for PowerOfChoices {
         work: &mut [f64],
         rng: &mut dyn RandomSource,
     ) -> Result<Pick, ComponentError> {
-        let costs = input.costs;
-        let m = costs.len();
+        let (costs, m) = (input.costs, input.candidate_count);
         let draws = (self.k.max(1) as usize).min(m);
+        // The entry of the least cost drawn so far, the first drawn among equals.
         let mut best: Option<usize> = None;
+        // An entry out of range (none is, from the engine) reads as the largest cost, and the
+        // engine reports a pick of it.
+        let cost = |entry: usize| costs.get(entry).copied().unwrap_or(f64::INFINITY);
         let mut consider = |k: usize| {
-            if best.is_none_or(|b| costs[k] < costs[b]) {
-                best = Some(k);
+            let entry = input.entry(k);
+            if best.is_none_or(|b| cost(entry) < cost(b)) {
+                best = Some(entry);
             }
         };
         // A partial Fisher-Yates shuffle of the positions: draw `i` swaps position `i` with a
@@ -1869,6 +1881,10 @@ impl Picker for PowerOfChoices {
             index: best.unwrap_or(0),
             reason: PickReason::Custom,
         })
+    }
+
+    fn picks_by_position(&self) -> bool {
+        true
     }
 }
 
@@ -2276,6 +2292,10 @@ impl Picker for BuiltinPicker {
         self.get().takes_turns()
     }
 
+    fn picks_by_position(&self) -> bool {
+        self.get().picks_by_position()
+    }
+
     fn picks_least_cost(&self) -> bool {
         self.get().picks_least_cost()
     }
@@ -2363,14 +2383,16 @@ mod tests {
         let view = RequestView::new(&request, WorkerInputs::NONE);
         let mut costs_rng = WyRand::with_seed(3);
         let mut work = [0.0; 40];
-        for m in 1..=40 {
+        for m in 1..=40u32 {
             // Few distinct costs, so draws tie.
             let costs: Vec<f64> = (0..m)
                 .map(|_| f64::from(u32::try_from(rng::index(&mut costs_rng, 5)).unwrap()))
                 .collect();
+            let order: Vec<u32> = (0..m).collect();
             let input = PickInput {
-                candidates: Candidates::new(view, &[], &[]),
+                candidates: Candidates::new(view, &[], &order),
                 costs: &costs,
+                candidate_count: costs.len(),
                 turn: 0,
             };
             // Both sides of `FEW_DRAWS`, and more draws than candidates.
