@@ -914,6 +914,59 @@ proptest! {
     }
 }
 
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 1000, ..ProptestConfig::default() })]
+
+    /// A policy without scorers or filters whose picker finds its candidates by position leaves
+    /// the rows it does not admit in place too: the same selections, random streams, turns,
+    /// zero costs and explanations as with the candidates moved to the front, seeded or not,
+    /// also after a selection with several scorers on the same selector.
+    #[test]
+    fn rows_left_in_place_for_a_policy_without_scorers(
+        rows in fleet(),
+        required in prop::sample::select(vec![0u64, 0, 1, 2, 3]),
+        picker in 1u32..5,
+        seed in proptest::option::of(any::<u64>()), entropy in any::<u64>(),
+    ) {
+        let picker = match picker {
+            1 => BuiltinPicker::Random(RandomPicker),
+            2 => BuiltinPicker::RoundRobin(RoundRobinPicker),
+            k => BuiltinPicker::PowerOfChoices(PowerOfChoices { k: 2 * k - 5 }),
+        };
+        let request = Request::new(2048, 16).required_taints(TaintSet(required));
+        let in_place = Policy::new((), (), picker.clone()).unwrap().with_seed(seed);
+        let moved = Policy::new((), (), Compacting(picker)).unwrap().with_seed(seed);
+        let scorers = (DefaultCost::default(), LeastLoaded { metric: LoadMetric::ActiveRequests });
+        let several = Policy::new((), scorers, MinCostPicker).unwrap();
+        let mut a = Box::new(Selector::<64>::with_entropy(entropy));
+        let mut b = Box::new(Selector::<64>::with_entropy(entropy));
+        let (mut why_a, mut why_b) = ([Explanation::EMPTY; 48], [Explanation::EMPTY; 48]);
+        for round in 0..4 {
+            if round == 2 {
+                // Without the required taints: more candidates, so more totals written.
+                let plain = Request::new(2048, 16);
+                let (x, y) = (several.select(&mut a, &plain, &rows), several.select(&mut b, &plain, &rows));
+                prop_assert_eq!(outcome(x, &a), outcome(y, &b));
+            }
+            let (x, y) = if round % 2 == 0 {
+                (in_place.select(&mut a, &request, &rows), moved.select(&mut b, &request, &rows))
+            } else {
+                (
+                    in_place.select_explained(&mut a, &request, &rows, &mut why_a),
+                    moved.select_explained(&mut b, &request, &rows, &mut why_b),
+                )
+            };
+            if let Ok(s) = &x {
+                prop_assert_eq!(s.cost.to_bits(), 0);
+                prop_assert_eq!(a.last_costs().len(), s.candidates);
+                prop_assert!(a.last_costs().all(|(_, c)| c.to_bits() == 0));
+            }
+            prop_assert_eq!(outcome(x, &a), outcome(y, &b));
+            prop_assert_eq!(explained(&why_a[..rows.len()]), explained(&why_b[..rows.len()]));
+        }
+    }
+}
+
 /// A picker that claims the least-cost capability and answers the position of a row left in
 /// place (its cost NaN): an error naming the position, not that row.
 #[test]

@@ -343,24 +343,29 @@ impl<F: Filters, S: Scorers, P: Picker> Policy<F, S, P> {
         // The union of every component's inputs, gathered as each is asked (as `Policy::inputs`).
         // `entries` is how many entries of `order` the candidates are among: `m` when they were
         // moved to the front, every row's when the rows that are not were left in place.
-        let ((entries, m), mut declared) = match self.fused(scratch, request, rows, sort) {
-            Some(fused) => fused?,
+        let fast = match self.fused(scratch, request, rows, sort) {
+            None => self.admit_in_place(scratch, request, rows, sort),
+            fused => fused,
+        };
+        let ((entries, m), mut declared) = match fast {
+            Some(fast) => fast?,
             None => self
                 .admit_and_score(scratch, request, rows, sort)
                 .map(|(m, declared)| ((m, m), declared))?,
         };
-        if scorers == 0 && *scratch.zeros < m {
+        if scorers == 0 && *scratch.zeros < entries {
             // The sum of no columns, for the picker, the selection, `last_costs` and the
             // explanations; not the totals an earlier selection with this selector left.
-            scratch.totals[..m].fill(0.0);
-            *scratch.zeros = m;
+            scratch.totals[..entries].fill(0.0);
+            *scratch.zeros = entries;
         }
         let order: &[u32] = &scratch.order[..entries];
         let capacity = scratch.capacity;
+        // With several scorers the candidates are at the front: `entries` is `m`.
         let totals: &[f64] = if scorers == 1 {
             &scratch.costs[..entries]
         } else {
-            &scratch.totals[..m]
+            &scratch.totals[..entries]
         };
 
         // 4. The picker, unless the request is pinned (no draw for a pin).
@@ -716,6 +721,43 @@ impl<F: Filters, S: Scorers, P: Picker> Policy<F, S, P> {
             return Err(nothing_admitted(rejected, overloaded));
         }
         Ok(Some(m))
+    }
+
+    /// Step 1 for a policy without scorers or filters whose picker finds its candidates by
+    /// position ([`Picker::picks_by_position`]), for a request without a pin; in seeded mode
+    /// only when the rows are already in canonical order: eligibility and the host's overload
+    /// marks in one branch-free pass ([`mark_unfiltered`]), the rows left out staying in place,
+    /// marked, instead of the candidates moving to the front. Returns what [`Policy::fused`]
+    /// does, or `None` when a row is invalid (the general steps then name it) or the policy is
+    /// not such a policy.
+    ///
+    /// [`Picker::picks_by_position`]: crate::engine::Picker::picks_by_position
+    fn admit_in_place(
+        &self,
+        scratch: &mut Scratch<'_>,
+        request: &Request<'_>,
+        rows: &[Row],
+        sort: bool,
+    ) -> Option<Result<Scored, SelectError>> {
+        if request.pin.is_some()
+            || !self.scorers.is_empty()
+            || !self.filters.is_empty()
+            || !self.picker.picks_by_position()
+            || (sort && !in_canonical_order(rows))
+        {
+            return None;
+        }
+        let order = &mut scratch.order[..rows.len()];
+        let marked = mark_unfiltered(rows, request.required_taints, order, |_, _, _| {});
+        if marked.invalid {
+            return None;
+        }
+        let m = rows.len() - marked.left_out;
+        if m == 0 {
+            // Every eligible row is left out by its overload mark, as in the general steps.
+            return Some(Err(nothing_admitted(0, marked.eligible)));
+        }
+        Some(Ok(((rows.len(), m), WorkerInputs::NONE)))
     }
 
     /// Steps 1 to 3 in one pass ([`Scorer::score_all_rows`]), for a request without a pin; in
