@@ -860,13 +860,14 @@ proptest! {
         overload in proptest::option::of(0u64..40),
         allowed in proptest::option::of(proptest::collection::vec(0u64..24, 0..12)),
         seed in proptest::option::of(any::<u64>()), entropy in any::<u64>(),
-        picker in prop::sample::select(vec![0u32, 0, 1, 2, 3, 4]),
+        picker in prop::sample::select(vec![0u32, 0, 1, 2, 3, 4, 5]),
     ) {
+        // Power of 1, 3 and 9 choices (9: more draws than it takes in place).
         let picker = match picker {
             0 => BuiltinPicker::Default(DefaultPicker { temperature: 0.0 }),
             1 => BuiltinPicker::Random(RandomPicker),
             2 => BuiltinPicker::RoundRobin(RoundRobinPicker),
-            k => BuiltinPicker::PowerOfChoices(PowerOfChoices { k: 2 * k - 5 }),
+            k => BuiltinPicker::PowerOfChoices(PowerOfChoices { k: 3u32.pow(k - 3) }),
         };
         let taints = [PreferredTaint { taint: Taint::new(1).unwrap(), weight: 0.3 }];
         let mut request = Request::new(2048, 16).required_taints(TaintSet(required));
@@ -925,13 +926,14 @@ proptest! {
     fn rows_left_in_place_for_a_policy_without_scorers(
         rows in fleet(),
         required in prop::sample::select(vec![0u64, 0, 1, 2, 3]),
-        picker in 1u32..5,
+        picker in 1u32..6,
         seed in proptest::option::of(any::<u64>()), entropy in any::<u64>(),
     ) {
+        // Power of 1, 3 and 9 choices (9: more draws than it takes in place).
         let picker = match picker {
             1 => BuiltinPicker::Random(RandomPicker),
             2 => BuiltinPicker::RoundRobin(RoundRobinPicker),
-            k => BuiltinPicker::PowerOfChoices(PowerOfChoices { k: 2 * k - 5 }),
+            k => BuiltinPicker::PowerOfChoices(PowerOfChoices { k: 3u32.pow(k - 3) }),
         };
         let request = Request::new(2048, 16).required_taints(TaintSet(required));
         let in_place = Policy::new((), (), picker.clone()).unwrap().with_seed(seed);

@@ -1883,8 +1883,11 @@ impl Picker for PowerOfChoices {
         })
     }
 
+    /// Up to 8 draws (`FEW_DRAWS`): each draw finds its candidate through [`PickInput::entry`],
+    /// a pass over the entries' marks when rows were left in place, so many draws would cost
+    /// many passes; more draws take the candidates moved to the front.
     fn picks_by_position(&self) -> bool {
-        true
+        self.k as usize <= FEW_DRAWS
     }
 }
 
