@@ -841,6 +841,34 @@ fn explained(out: &[Explanation]) -> Vec<String> {
     out.iter().map(|e| format!("{e:?}")).collect()
 }
 
+/// A policy, its selector and its explanation buffer.
+type Side<'a, F, S, P> = (
+    &'a Policy<F, S, P>,
+    &'a mut Selector<64>,
+    &'a mut [Explanation],
+);
+
+/// Selects with both sides, explained in odd rounds.
+fn select_both<F1: Filters, S1: Scorers, P1: Picker, F2: Filters, S2: Scorers, P2: Picker>(
+    round: u32,
+    (p, a, why_a): Side<'_, F1, S1, P1>,
+    (q, b, why_b): Side<'_, F2, S2, P2>,
+    request: &Request<'_>,
+    rows: &[Row],
+) -> (
+    Result<Selection, SelectError>,
+    Result<Selection, SelectError>,
+) {
+    if round % 2 == 0 {
+        (p.select(a, request, rows), q.select(b, request, rows))
+    } else {
+        (
+            p.select_explained(a, request, rows, why_a),
+            q.select_explained(b, request, rows, why_b),
+        )
+    }
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 2000, ..ProptestConfig::default() })]
 
@@ -897,14 +925,13 @@ proptest! {
         let mut b = Box::new(Selector::<64>::with_entropy(entropy));
         let (mut why_a, mut why_b) = ([Explanation::EMPTY; 48], [Explanation::EMPTY; 48]);
         for round in 0..4 {
-            let (x, y) = if round % 2 == 0 {
-                (in_place.select(&mut a, &request, &rows), moved.select(&mut b, &request, &rows))
-            } else {
-                (
-                    in_place.select_explained(&mut a, &request, &rows, &mut why_a),
-                    moved.select_explained(&mut b, &request, &rows, &mut why_b),
-                )
-            };
+            let (x, y) = select_both(
+                round,
+                (&in_place, &mut a, &mut why_a),
+                (&moved, &mut b, &mut why_b),
+                &request,
+                &rows,
+            );
             if let Ok(s) = &x {
                 prop_assert_eq!(a.last_costs().len(), s.candidates);
                 prop_assert_eq!(a.last_costs().count(), s.candidates);
@@ -950,14 +977,13 @@ proptest! {
                 let (x, y) = (several.select(&mut a, &plain, &rows), several.select(&mut b, &plain, &rows));
                 prop_assert_eq!(outcome(x, &a), outcome(y, &b));
             }
-            let (x, y) = if round % 2 == 0 {
-                (in_place.select(&mut a, &request, &rows), moved.select(&mut b, &request, &rows))
-            } else {
-                (
-                    in_place.select_explained(&mut a, &request, &rows, &mut why_a),
-                    moved.select_explained(&mut b, &request, &rows, &mut why_b),
-                )
-            };
+            let (x, y) = select_both(
+                round,
+                (&in_place, &mut a, &mut why_a),
+                (&moved, &mut b, &mut why_b),
+                &request,
+                &rows,
+            );
             if let Ok(s) = &x {
                 prop_assert_eq!(s.cost.to_bits(), 0);
                 prop_assert_eq!(a.last_costs().len(), s.candidates);
