@@ -343,15 +343,9 @@ impl<F: Filters, S: Scorers, P: Picker> Policy<F, S, P> {
         // The union of every component's inputs, gathered as each is asked (as `Policy::inputs`).
         // `entries` is how many entries of `order` the candidates are among: `m` when they were
         // moved to the front, every row's when the rows that are not were left in place.
-        let fast = match self.fused(scratch, request, rows, sort) {
-            None => self.admit_in_place(scratch, request, rows, sort),
-            fused => fused,
-        };
-        let ((entries, m), mut declared) = match fast {
-            Some(fast) => fast?,
-            None => self
-                .admit_and_score(scratch, request, rows, sort)
-                .map(|(m, declared)| ((m, m), declared))?,
+        let ((entries, m), mut declared) = match self.fused(scratch, request, rows, sort) {
+            Some(fused) => fused?,
+            None => self.admit_and_score(scratch, request, rows, sort)?,
         };
         if scorers == 0 && *scratch.zeros < entries {
             // The sum of no columns, for the picker, the selection, `last_costs` and the
@@ -430,8 +424,15 @@ impl<F: Filters, S: Scorers, P: Picker> Policy<F, S, P> {
 
     /// Steps 1 to 3 of the pipeline: eligibility, overload and filters per row into
     /// `scratch.order`, the canonical order in seeded mode, then every scorer into its column and
-    /// the totals (into `scratch.totals` when there is more than one scorer). Returns how many
-    /// candidates there are and the union of the filters' and scorers' inputs.
+    /// the totals (into `scratch.totals` when there is more than one scorer). Returns what
+    /// [`Policy::fused`] does: how many entries of `order` the candidates are among, how many
+    /// candidates there are, and the union of the filters' and scorers' inputs. The candidates
+    /// move to the front, but for a policy without scorers or filters whose picker finds its
+    /// candidates by position ([`Picker::picks_by_position`]): there the rows left out stay in
+    /// place, marked, after the one marking pass (in seeded mode only when the rows are already
+    /// in canonical order), and there is nothing to score.
+    ///
+    /// [`Picker::picks_by_position`]: crate::engine::Picker::picks_by_position
     #[allow(
         clippy::too_many_lines,
         reason = "the pipeline's admission and scoring, kept in order"
@@ -442,7 +443,7 @@ impl<F: Filters, S: Scorers, P: Picker> Policy<F, S, P> {
         request: &Request<'_>,
         rows: &[Row],
         sort: bool,
-    ) -> Result<(usize, WorkerInputs), SelectError> {
+    ) -> Result<Scored, SelectError> {
         let leg = request.leg();
         let filter_inputs = self.filter_inputs(leg);
         let filter_view = RequestView::new(request, filter_inputs);
@@ -488,6 +489,12 @@ impl<F: Filters, S: Scorers, P: Picker> Policy<F, S, P> {
                 return Err(nothing_admitted(0, marked.eligible));
             }
             if left_out > 0 {
+                if self.scorers.is_empty()
+                    && self.picker.picks_by_position()
+                    && (!sort || in_canonical_order(rows))
+                {
+                    return Ok(((rows.len(), m), declared));
+                }
                 compact_left_out(order, &mut []);
             }
             m
@@ -590,7 +597,7 @@ impl<F: Filters, S: Scorers, P: Picker> Policy<F, S, P> {
         (costs, totals, capacity): (&mut [f64], &mut [f64], usize),
         mut declared: WorkerInputs,
         scored: Option<usize>,
-    ) -> Result<(usize, WorkerInputs), SelectError> {
+    ) -> Result<Scored, SelectError> {
         let m = order.len();
         for s in (0..self.scorers.len()).filter(|&s| Some(s) != scored) {
             let column = &mut costs[s * capacity..s * capacity + m];
@@ -655,7 +662,7 @@ impl<F: Filters, S: Scorers, P: Picker> Policy<F, S, P> {
         m: usize,
         declared: WorkerInputs,
         checked: bool,
-    ) -> Result<(usize, WorkerInputs), SelectError> {
+    ) -> Result<Scored, SelectError> {
         let scorers = self.scorers.len();
         if scorers > 1 {
             let totals = &mut totals[..m];
@@ -686,7 +693,7 @@ impl<F: Filters, S: Scorers, P: Picker> Policy<F, S, P> {
                 });
             }
         }
-        Ok((m, declared))
+        Ok(((m, m), declared))
     }
 
     /// Step 1 with filters, a pass per filter ([`Filter::check_rows`]) after one branch-free
@@ -721,43 +728,6 @@ impl<F: Filters, S: Scorers, P: Picker> Policy<F, S, P> {
             return Err(nothing_admitted(rejected, overloaded));
         }
         Ok(Some(m))
-    }
-
-    /// Step 1 for a policy without scorers or filters whose picker finds its candidates by
-    /// position ([`Picker::picks_by_position`]), for a request without a pin; in seeded mode
-    /// only when the rows are already in canonical order: eligibility and the host's overload
-    /// marks in one branch-free pass ([`mark_unfiltered`]), the rows left out staying in place,
-    /// marked, instead of the candidates moving to the front. Returns what [`Policy::fused`]
-    /// does, or `None` when a row is invalid (the general steps then name it) or the policy is
-    /// not such a policy.
-    ///
-    /// [`Picker::picks_by_position`]: crate::engine::Picker::picks_by_position
-    fn admit_in_place(
-        &self,
-        scratch: &mut Scratch<'_>,
-        request: &Request<'_>,
-        rows: &[Row],
-        sort: bool,
-    ) -> Option<Result<Scored, SelectError>> {
-        if request.pin.is_some()
-            || !self.scorers.is_empty()
-            || !self.filters.is_empty()
-            || !self.picker.picks_by_position()
-            || (sort && !in_canonical_order(rows))
-        {
-            return None;
-        }
-        let order = &mut scratch.order[..rows.len()];
-        let marked = mark_unfiltered(rows, request.required_taints, order, |_, _, _| {});
-        if marked.invalid {
-            return None;
-        }
-        let m = rows.len() - marked.left_out;
-        if m == 0 {
-            // Every eligible row is left out by its overload mark, as in the general steps.
-            return Some(Err(nothing_admitted(0, marked.eligible)));
-        }
-        Some(Ok(((rows.len(), m), WorkerInputs::NONE)))
     }
 
     /// Steps 1 to 3 in one pass ([`Scorer::score_all_rows`]), for a request without a pin; in
@@ -862,7 +832,7 @@ impl<F: Filters, S: Scorers, P: Picker> Policy<F, S, P> {
             {
                 None
             }
-            outcome => Some(outcome.map(|(m, declared)| ((m, m), declared))),
+            outcome => Some(outcome),
         }
     }
 
@@ -884,8 +854,9 @@ impl<F: Filters, S: Scorers, P: Picker> Policy<F, S, P> {
     }
 }
 
-/// What [`Policy::fused`] scored: how many entries of `order` the candidates are among, how many
-/// candidates there are, and the union of the components' inputs.
+/// What steps 1 to 3 scored ([`Policy::fused`], [`Policy::admit_and_score`]): how many entries
+/// of `order` the candidates are among (`m` when they were moved to the front), how many
+/// candidates there are (`m`), and the union of the components' inputs.
 type Scored = ((usize, usize), WorkerInputs);
 
 /// `totals[k] = (0 + c0[k]) + c1[k] + ... + c(S-1)[k]` for the first `S` columns of `costs`
