@@ -606,6 +606,14 @@ fn the_map_stays_bounded() {
     assert_eq!(s.stored_blocks, 20, "every block reaches the index");
     let c = ingest.counters();
     assert_eq!((c.mapped, c.forgotten), (8, 12));
+    // The mapping forgotten is another block's, never the one being stored: the block stored
+    // last is always mapped.
+    for first in 100..116 {
+        let payload = encode(0.0, &[stored(first, 20, None, 0)], None, false);
+        ingest.apply(&mut index, w, &payload).unwrap();
+        let last = u64::try_from(first + 19).unwrap();
+        assert!(ingest.router_hash(w, last).is_some(), "block {last}");
+    }
 }
 
 /// A snapshot of everything observable, to check that a refused payload changed nothing.
@@ -893,6 +901,49 @@ proptest! {
                 prop_assert_eq!(ingest2.router_hash(mw, key), Some(router));
             }
             prop_assert_eq!(ingest.counters().mapped, model.map.len());
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    /// The same streams through a map of 8 mappings, which forgets some to make room: it never
+    /// holds more, every mapping it counts is found, and, while forgetting has orphaned no
+    /// block, each mapping it keeps is that of a map that never forgets.
+    #[test]
+    fn a_bounded_map_finds_every_mapping_it_keeps(
+        batches in prop::collection::vec(
+            (0u64..3, prop::collection::vec(arb_event(), 0..5), any::<bool>()),
+            1..12,
+        )
+    ) {
+        let workers: Vec<WorkerKey> = (0..3).map(|i| WorkerKey::new(i, 0)).collect();
+        let keys: Vec<u64> = (-3i64..40)
+            .map(EngineHash::Int)
+            .chain((0u8..40).map(|b| EngineHash::Bytes([b; 32])))
+            .map(EngineHash::key)
+            .collect();
+        let (mut index2, mut large) = (index(), ingest(1024));
+        let (mut index, mut small) = (index(), ingest(16));
+        for (w, events, maps) in &batches {
+            let worker = workers[usize::try_from(*w).unwrap()];
+            let payload = encode(0.0, events, None, *maps);
+            small.apply(&mut index, worker, &payload).unwrap();
+            large.apply(&mut index2, worker, &payload).unwrap();
+            let (c, l) = (small.counters(), large.counters());
+            prop_assert!(c.mapped <= small.capacity());
+            let mut found = 0;
+            for &w in &workers {
+                for &k in &keys {
+                    let Some(router) = small.router_hash(w, k) else { continue };
+                    found += 1;
+                    if c.orphaned_blocks == l.orphaned_blocks {
+                        prop_assert_eq!(large.router_hash(w, k), Some(router));
+                    }
+                }
+            }
+            prop_assert_eq!(found, c.mapped, "a mapping counted but not found");
         }
     }
 }
