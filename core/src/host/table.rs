@@ -222,26 +222,6 @@ impl<K: TableKey, V: Copy + Default, S: AsRef<[Slot<K, V>]> + AsMut<[Slot<K, V>]
         Ok(())
     }
 
-    /// Puts absent `key` with `value` in its home slot when another key holds that slot, and
-    /// returns the key it dropped (`None`, and nothing changed, when the slot is empty). No
-    /// other entry moves and no slot changes from used to empty, so every search passes as
-    /// before: `key`'s ends at once, the others' where they did. A full table's way to make room
-    /// without [`Table::remove_at`]'s shifts and [`Table::insert`]'s search.
-    pub(crate) fn replace_at_home(&mut self, key: K, value: V) -> Option<K> {
-        let home = self.home(key);
-        let slot = &mut self.slots.as_mut()[home];
-        if !slot.used {
-            return None;
-        }
-        let dropped = slot.key;
-        *slot = Slot {
-            key,
-            used: true,
-            value,
-        };
-        Some(dropped)
-    }
-
     /// The slot holding `key`, tried first at `*hint` (where it was found before) and found by
     /// its hash only when it is not there (or without a hint); `*hint` is then updated
     /// (`u32::MAX` when absent). The check at the hint is one read and one comparison that
@@ -402,17 +382,6 @@ mod tests {
                         model.insert(key, step);
                     } else {
                         assert_eq!(model.len(), t.capacity());
-                    }
-                }
-                None if rng & 8 == 0 => {
-                    // Over the key in its home slot, if another holds it.
-                    let home = t.home(key);
-                    let held = t.is_used(home).then(|| t.key(home));
-                    assert_eq!(t.replace_at_home(key, step), held);
-                    if let Some(dropped) = held {
-                        model.remove(&dropped);
-                        model.insert(key, step);
-                        assert_eq!(t.find(key), Some(home));
                     }
                 }
                 None => {

@@ -504,40 +504,36 @@ impl<S: AsRef<[EngineSlot]> + AsMut<[EngineSlot]>> KvIngest<S> {
         let key = EngineBlock { worker, hash };
         // Absent from its home slot a moment ago, or moved: looked for again (the probe run is
         // in cache now).
-        let vacancy = match self.map.probe_from(hint, key) {
-            Ok(i) => {
-                let mapped = self.map.value_mut(i);
-                mapped.router_hash = router_hash;
-                mapped.tiers |= tier_bit(tier);
-                return;
-            }
-            Err(vacancy) => vacancy,
-        };
-        let mapped = MappedBlock {
-            router_hash,
-            tiers: tier_bit(tier),
-        };
-        if self.map.len() < self.map.capacity() {
-            // Cannot fail: there is room.
-            let _ = self.map.place(vacancy, key, mapped);
+        if let Ok(i) = self.map.probe_from(hint, key) {
+            let mapped = self.map.value_mut(i);
+            mapped.router_hash = router_hash;
+            mapped.tiers |= tier_bit(tier);
             return;
         }
-        // Full: the mapping nearest to the key's home slot is forgotten, a victim as random as
-        // the hash. In that slot, it is overwritten where it is.
-        self.counters.forgotten += 1;
-        if self.map.replace_at_home(key, mapped).is_some() {
-            return;
+        if self.map.len() >= self.map.capacity() {
+            self.forget_one(key);
         }
-        // The home slot is empty, so the search ended there: placed in it (one past the
-        // capacity, as `place` allows), then the first mapping after it is forgotten. The new
-        // one sits in its home slot, where a removal's shift never moves a key.
-        let _ = self.map.place(vacancy, key, mapped);
+        // Cannot fail: there is room now.
+        let _ = self.map.insert(
+            key,
+            MappedBlock {
+                router_hash,
+                tiers: tier_bit(tier),
+            },
+        );
+    }
+
+    /// Drops the mapping nearest to `key`'s home slot: a victim as random as the hash, found in
+    /// a few probes.
+    fn forget_one(&mut self, key: EngineBlock) {
         let mask = self.map.slot_count() - 1;
-        let mut i = (vacancy + 1) & mask;
+        #[allow(clippy::cast_possible_truncation, reason = "masked to the slot count")]
+        let mut i = key.hash64() as usize & mask;
         while !self.map.is_used(i) {
             i = (i + 1) & mask;
         }
         self.map.remove_at(i);
+        self.counters.forgotten += 1;
     }
 }
 
