@@ -945,15 +945,18 @@ proptest! {
 proptest! {
     #![proptest_config(ProptestConfig { cases: 1000, ..ProptestConfig::default() })]
 
-    /// A policy without scorers or filters whose picker finds its candidates by position leaves
-    /// the rows it does not admit in place too: the same selections, random streams, turns,
-    /// zero costs and explanations as with the candidates moved to the front, seeded or not,
-    /// also after a selection with several scorers on the same selector. A least-cost picker
-    /// over such a policy is drawn too: the rows must move to the front for it.
+    /// A policy without scorers whose picker finds its candidates by position leaves the rows
+    /// it does not admit in place too, with filters or without: the same selections, random
+    /// streams, turns, zero costs and explanations as with the candidates moved to the front,
+    /// seeded or not, also after a selection with several scorers on the same selector. A
+    /// least-cost picker over such a policy is drawn too: the rows must move to the front for
+    /// it.
     #[test]
     fn rows_left_in_place_for_a_policy_without_scorers(
         rows in fleet(),
         required in prop::sample::select(vec![0u64, 0, 1, 2, 3]),
+        overload in proptest::option::of(0u64..40),
+        allowed in proptest::option::of(proptest::collection::vec(0u64..24, 0..12)),
         picker in 0u32..6,
         seed in proptest::option::of(any::<u64>()), entropy in any::<u64>(),
     ) {
@@ -967,8 +970,16 @@ proptest! {
             k => BuiltinPicker::PowerOfChoices(PowerOfChoices { k: 3u32.pow(k - 3) }),
         };
         let request = Request::new(2048, 16).required_taints(TaintSet(required));
-        let in_place = Policy::new((), (), picker.clone()).unwrap().with_seed(seed);
-        let moved = Policy::new((), (), Compacting(picker)).unwrap().with_seed(seed);
+        let mut filters = catalog::List::<BuiltinFilter, 2>::new();
+        if let Some(max_requests) = overload {
+            let limits = OverloadLimits { max_requests: Some(max_requests), ..OverloadLimits::default() };
+            filters.push(BuiltinFilter::OverloadLimits(limits)).unwrap();
+        }
+        if let Some(ids) = &allowed {
+            filters.push(BuiltinFilter::AllowList(AllowList::new(ids).unwrap())).unwrap();
+        }
+        let in_place = Policy::new(filters.clone(), (), picker.clone()).unwrap().with_seed(seed);
+        let moved = Policy::new(filters, (), Compacting(picker)).unwrap().with_seed(seed);
         let scorers = (DefaultCost::default(), LeastLoaded { metric: LoadMetric::ActiveRequests });
         let several = Policy::new((), scorers, MinCostPicker).unwrap();
         let mut a = Box::new(Selector::<64>::with_entropy(entropy));

@@ -427,12 +427,9 @@ impl<F: Filters, S: Scorers, P: Picker> Policy<F, S, P> {
     /// the totals (into `scratch.totals` when there is more than one scorer). Returns what
     /// [`Policy::fused`] does: how many entries of `order` the candidates are among, how many
     /// candidates there are, and the union of the filters' and scorers' inputs. The candidates
-    /// move to the front, but for a policy without scorers or filters whose picker finds its
-    /// candidates by position ([`Picker::picks_by_position`]): there the rows left out stay in
-    /// place, marked, after the one marking pass (in seeded mode only when the rows are already
-    /// in canonical order), and there is nothing to score.
-    ///
-    /// [`Picker::picks_by_position`]: crate::engine::Picker::picks_by_position
+    /// move to the front, but where admission may leave the rows it does not admit in place
+    /// ([`Policy::leaves_rows_in_place`]: no scorer, a picker that finds its candidates by
+    /// position): after the marking pass, or the filters' passes, there is nothing to score.
     #[allow(
         clippy::too_many_lines,
         reason = "the pipeline's admission and scoring, kept in order"
@@ -489,16 +486,18 @@ impl<F: Filters, S: Scorers, P: Picker> Policy<F, S, P> {
                 return Err(nothing_admitted(0, marked.eligible));
             }
             if left_out > 0 {
-                if self.scorers.is_empty()
-                    && self.picker.picks_by_position()
-                    && (!sort || in_canonical_order(rows))
-                {
+                if self.leaves_rows_in_place(rows, sort) {
                     return Ok(((rows.len(), m), declared));
                 }
                 compact_left_out(order, &mut []);
             }
             m
-        } else if let Some(m) = self.admit_in_passes(&filter_view, request, rows, scratch)? {
+        } else if let Some((entries, m)) =
+            self.admit_in_passes(&filter_view, request, rows, scratch, sort)?
+        {
+            if entries > m {
+                return Ok(((entries, m), declared));
+            }
             m
         } else {
             let mut m = 0;
@@ -701,7 +700,9 @@ impl<F: Filters, S: Scorers, P: Picker> Policy<F, S, P> {
     /// candidates into `scratch.order`, or `None` when some row is invalid or some filter does
     /// not offer the pass or fails, for the row-by-row loop to decide (and report what is
     /// wrong) as it always has. Every row gets the verdicts the row-by-row loop gives it: each
-    /// filter is asked about the rows every check before it kept.
+    /// filter is asked about the rows every check before it kept. Returns how many entries of
+    /// `order` the candidates are among and how many there are: the candidates move to the
+    /// front, unless the rows left out may stay in place ([`Policy::leaves_rows_in_place`]).
     ///
     /// [`Filter::check_rows`]: crate::engine::Filter::check_rows
     fn admit_in_passes(
@@ -710,7 +711,8 @@ impl<F: Filters, S: Scorers, P: Picker> Policy<F, S, P> {
         request: &Request<'_>,
         rows: &[Row],
         scratch: &mut Scratch<'_>,
-    ) -> Result<Option<usize>, SelectError> {
+        sort: bool,
+    ) -> Result<Option<(usize, usize)>, SelectError> {
         let order = &mut scratch.order[..rows.len()];
         let marked = mark_unfiltered(rows, request.required_taints, order, |_, _, _| {});
         if marked.invalid {
@@ -723,11 +725,30 @@ impl<F: Filters, S: Scorers, P: Picker> Policy<F, S, P> {
             return Ok(None);
         }
         let (order, rejected, overloaded) = admission.finish();
-        let m = compact_left_out(order, &mut []);
+        // Every row is marked once: by the marking pass, or by the first filter that did not
+        // keep it (counted as rejected or overloaded beyond the host's marks).
+        let m = rows.len() - marked.left_out - rejected - (overloaded - host_overloaded);
         if m == 0 {
             return Err(nothing_admitted(rejected, overloaded));
         }
-        Ok(Some(m))
+        if m < rows.len() && self.leaves_rows_in_place(rows, sort) {
+            return Ok(Some((rows.len(), m)));
+        }
+        let kept = compact_left_out(order, &mut []);
+        debug_assert_eq!(kept, m, "the marks and the counts agree");
+        Ok(Some((kept, kept)))
+    }
+
+    /// Whether admission may leave the rows it does not admit in place, marked, instead of
+    /// moving the candidates to the front: with no scorer there is nothing to score, the
+    /// picker finds its candidates by position ([`Picker::picks_by_position`]), and in seeded
+    /// mode the rows are already in canonical order (there is no sort to run).
+    ///
+    /// [`Picker::picks_by_position`]: crate::engine::Picker::picks_by_position
+    fn leaves_rows_in_place(&self, rows: &[Row], sort: bool) -> bool {
+        self.scorers.is_empty()
+            && self.picker.picks_by_position()
+            && (!sort || in_canonical_order(rows))
     }
 
     /// Steps 1 to 3 in one pass ([`Scorer::score_all_rows`]), for a request without a pin; in
