@@ -14,7 +14,7 @@ use libroute_benches::{bench_fleet, busy_fleet, mixed_fleet};
 use libroute_core::catalog_config::PolicyConfig;
 use libroute_core::{Explanation, Request, Row, Selector};
 
-const TYPES: [(&str, &str); 12] = [
+const TYPES: [(&str, &str); 13] = [
     ("default", r#"{"type": "default"}"#),
     ("round_robin", r#"{"type": "round_robin"}"#),
     ("random", r#"{"type": "random"}"#),
@@ -30,6 +30,11 @@ const TYPES: [(&str, &str); 12] = [
     (
         "filters",
         r#"{"type": "least_loaded", "filters": [{"type": "overload", "max_requests": 11},
+            {"type": "require_taints", "taints": []}]}"#,
+    ),
+    (
+        "round_robin_filtered",
+        r#"{"type": "round_robin", "filters": [{"type": "overload", "max_requests": 11},
             {"type": "require_taints", "taints": []}]}"#,
     ),
     ("ttft", r#"{"type": "ttft"}"#),
