@@ -836,6 +836,37 @@ impl Picker for Compacting {
     }
 }
 
+/// The pickers that draw by position, for `n` from 1: random, round robin, then power of 1, 3
+/// and 9 choices (9: more draws than it takes in place).
+fn by_position(n: u32) -> BuiltinPicker {
+    match n {
+        1 => BuiltinPicker::Random(RandomPicker),
+        2 => BuiltinPicker::RoundRobin(RoundRobinPicker),
+        k => BuiltinPicker::PowerOfChoices(PowerOfChoices { k: 3u32.pow(k - 3) }),
+    }
+}
+
+/// An overload limit on active requests and an allow list, each when given.
+fn overload_and_allow_list(
+    overload: Option<u64>,
+    allowed: Option<&[u64]>,
+) -> catalog::List<BuiltinFilter, 2> {
+    let mut filters = catalog::List::new();
+    if let Some(max_requests) = overload {
+        let limits = OverloadLimits {
+            max_requests: Some(max_requests),
+            ..OverloadLimits::default()
+        };
+        filters.push(BuiltinFilter::OverloadLimits(limits)).unwrap();
+    }
+    if let Some(ids) = allowed {
+        filters
+            .push(BuiltinFilter::AllowList(AllowList::new(ids).unwrap()))
+            .unwrap();
+    }
+    filters
+}
+
 /// Every explanation field, costs included, as text: NaN totals compare equal that way.
 fn explained(out: &[Explanation]) -> Vec<String> {
     out.iter().map(|e| format!("{e:?}")).collect()
@@ -890,26 +921,16 @@ proptest! {
         seed in proptest::option::of(any::<u64>()), entropy in any::<u64>(),
         picker in prop::sample::select(vec![0u32, 0, 1, 2, 3, 4, 5]),
     ) {
-        // Power of 1, 3 and 9 choices (9: more draws than it takes in place).
         let picker = match picker {
             0 => BuiltinPicker::Default(DefaultPicker { temperature: 0.0 }),
-            1 => BuiltinPicker::Random(RandomPicker),
-            2 => BuiltinPicker::RoundRobin(RoundRobinPicker),
-            k => BuiltinPicker::PowerOfChoices(PowerOfChoices { k: 3u32.pow(k - 3) }),
+            n => by_position(n),
         };
         let taints = [PreferredTaint { taint: Taint::new(1).unwrap(), weight: 0.3 }];
         let mut request = Request::new(2048, 16).required_taints(TaintSet(required));
         if preferred {
             request = request.preferred_taints(&taints);
         }
-        let mut filters = catalog::List::<BuiltinFilter, 2>::new();
-        if let Some(max_requests) = overload {
-            let limits = OverloadLimits { max_requests: Some(max_requests), ..OverloadLimits::default() };
-            filters.push(BuiltinFilter::OverloadLimits(limits)).unwrap();
-        }
-        if let Some(ids) = &allowed {
-            filters.push(BuiltinFilter::AllowList(AllowList::new(ids).unwrap())).unwrap();
-        }
+        let filters = overload_and_allow_list(overload, allowed.as_deref());
         let scorer = WeightedScorer {
             scorer: match scorer {
                 0 => BuiltinScorer::Default(cost),
@@ -960,24 +981,14 @@ proptest! {
         picker in 0u32..6,
         seed in proptest::option::of(any::<u64>()), entropy in any::<u64>(),
     ) {
-        // Power of 1, 3 and 9 choices (9: more draws than it takes in place); and a least-cost
-        // picker, which must not be given rows left in place here: their zero costs are not
-        // the NaN it passes over.
+        // A least-cost picker must not be given rows left in place here: their zero costs are
+        // not the NaN it passes over.
         let picker = match picker {
             0 => BuiltinPicker::MinCost(MinCostPicker),
-            1 => BuiltinPicker::Random(RandomPicker),
-            2 => BuiltinPicker::RoundRobin(RoundRobinPicker),
-            k => BuiltinPicker::PowerOfChoices(PowerOfChoices { k: 3u32.pow(k - 3) }),
+            n => by_position(n),
         };
         let request = Request::new(2048, 16).required_taints(TaintSet(required));
-        let mut filters = catalog::List::<BuiltinFilter, 2>::new();
-        if let Some(max_requests) = overload {
-            let limits = OverloadLimits { max_requests: Some(max_requests), ..OverloadLimits::default() };
-            filters.push(BuiltinFilter::OverloadLimits(limits)).unwrap();
-        }
-        if let Some(ids) = &allowed {
-            filters.push(BuiltinFilter::AllowList(AllowList::new(ids).unwrap())).unwrap();
-        }
+        let filters = overload_and_allow_list(overload, allowed.as_deref());
         let in_place = Policy::new(filters.clone(), (), picker.clone()).unwrap().with_seed(seed);
         let moved = Policy::new(filters, (), Compacting(picker)).unwrap().with_seed(seed);
         let scorers = (DefaultCost::default(), LeastLoaded { metric: LoadMetric::ActiveRequests });
