@@ -355,7 +355,19 @@ impl<const WORDS: usize> Overlaps<WORDS> {
     /// The count of worker bit `bit` for `tier`.
     #[inline]
     pub(crate) fn count(&self, tier: usize, bit: u32) -> u32 {
-        self.counts[tier][(bit / 64) as usize][(bit % 64) as usize]
+        self.counts[tier].as_flattened()[bit as usize]
+    }
+
+    /// The device count of worker bit `bit`, or 0 for `u32::MAX` (how a fleet keeps the bit of
+    /// a worker the index does not know): one bounds check serves as both.
+    #[inline]
+    pub(crate) fn device_count_or_zero(&self, bit: u32) -> u32 {
+        debug_assert!(bit == u32::MAX || (bit as usize) < 64 * WORDS);
+        self.counts[0]
+            .as_flattened()
+            .get(bit as usize)
+            .copied()
+            .unwrap_or(0)
     }
 
     /// Whether no block was matched beyond device memory: every worker's host and disk counts

@@ -761,9 +761,7 @@ fn fill_fleet<B, W, R, L, T, const WORDS: usize>(
     seen.loads = Some(ledger.version());
     // One loop per way of writing CACHE, as in `fill_placed`.
     if cache && device_only(overlaps, hw, dw, bs) {
-        refill(rows, places, blocks, |row, bit| {
-            write_device_cache(overlaps, bit, row, bs);
-        });
+        refill_device(rows, places, overlaps, bs, blocks);
     } else if cache {
         refill(rows, places, blocks, |row, bit| {
             write_cache(overlaps, bit, row, hw, dw, bs);
@@ -793,6 +791,29 @@ fn refill(
     for (row, place) in rows.iter_mut().zip(places) {
         cache(row, (place.bit != NO_BIT).then_some(place.bit));
         add_new_blocks(row, place.decode, blocks);
+    }
+}
+
+/// [`refill`] writing [`write_device_cache`]'s CACHE inputs, looked up from each place's bit
+/// directly: one bounds-checked read gives the device count and 0 for a worker the index does
+/// not know, and the decode blocks add the count just read, not the row's read back.
+#[inline]
+fn refill_device<const WORDS: usize>(
+    rows: &mut [Row],
+    places: &[FleetPlace],
+    overlaps: &Overlaps<WORDS>,
+    block_size: u32,
+    blocks: u64,
+) {
+    for (row, place) in rows.iter_mut().zip(places) {
+        let device = overlaps.device_count_or_zero(place.bit);
+        let unknown = RowFlags::HAS_CACHE.0 * u32::from(place.bit == NO_BIT);
+        *row = row.with_cache(Cache::in_device(device, block_size));
+        row.flags = RowFlags(row.flags.0 & !unknown);
+        if row.flags.contains(RowFlags::HAS_LOAD) {
+            let new = blocks.saturating_sub(u64::from(device));
+            row.active_decode_blocks = place.decode.saturating_add(new);
+        }
     }
 }
 
