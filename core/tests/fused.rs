@@ -211,6 +211,28 @@ fn one_pass_and_general<const N: usize>(
         .collect()
 }
 
+/// [`one_pass_and_general`] for the default cost under the default picker.
+fn default_one_pass_and_general<const N: usize>(
+    (cost, picker): (DefaultCost, DefaultPicker),
+    (request, rows): (&Request<'_>, &[Row]),
+    (seed, entropy): (Option<u64>, u64),
+    rounds: usize,
+) -> Vec<Pair> {
+    let fused = Policy::new((), (cost,), picker).unwrap().with_seed(seed);
+    let general = Policy::new((), (General(cost),), picker)
+        .unwrap()
+        .with_seed(seed);
+    let mut a = Box::new(Selector::<N>::with_entropy(entropy));
+    let mut b = Box::new(Selector::<N>::with_entropy(entropy));
+    (0..rounds)
+        .map(|_| {
+            let x = outcome(fused.select(&mut a, request, rows), &a);
+            let y = outcome(general.select(&mut b, request, rows), &b);
+            (x, y)
+        })
+        .collect()
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 4000, ..ProptestConfig::default() })]
 
@@ -220,7 +242,7 @@ proptest! {
         role in prop::sample::select(Role::ALL.to_vec()), disagg in any::<bool>(),
         prompt in prop::sample::select(vec![0u64, 1, 17, 127, 2048, 1 << 52]),
         block_size in prop::sample::select(vec![16u32, 16, 1, 64, 17, 3]),
-        track in any::<bool>(), tiers in any::<bool>(),
+        track in any::<bool>(), tiers in any::<bool>(), device_only in any::<bool>(),
         required in prop::sample::select(vec![0u64, 0, 0, 1, 2]),
         shared in proptest::bool::weighted(0.15), preferred in proptest::bool::weighted(0.3),
         how_many in prop::sample::select(vec![1u32, 2, 3, 5, 7]),
@@ -238,6 +260,7 @@ proptest! {
             .conditional_disagg(disagg)
             .track_prefill_tokens(track)
             .has_tier_matches(tiers)
+            .device_matches_only(device_only)
             .required_taints(TaintSet(required));
         if shared {
             request = request.shared_hits(SharedHits::new(&hits).unwrap());
@@ -400,12 +423,15 @@ fn fused_and_general_selections_can_alternate_on_one_selector() {
 }
 
 /// What one odd row of [`few_odd_fleet`] is.
-const ODD_KINDS: u8 = 11;
+const ODD_KINDS: u8 = 12;
 
 /// Fleets of 16 to 400 rows that are uniform but for up to 40 odd rows (often fewer than 4)
 /// anywhere (often the first): overloaded, without a load projection (one hiding a counter of 2^52 or more in
 /// it), without a cache entry, with the other flag combination, an invalid estimate, an unknown
-/// flag, a speed (valid or not), or without the taint a request may require. The one-pass step
+/// flag, a speed (valid or not), without the taint a request may require, or holding host and
+/// disk blocks (the fleet's flags, but blocks that a request with tier matches credits, which
+/// the pass that takes them as 0 must cost again when its sample of the fleet missed them;
+/// half of those overloaded too). The one-pass step
 /// takes the few odd rows of a tidy fleet apart from the rest, and declines to the per-row loop
 /// when there are many.
 fn few_odd_fleet() -> impl Strategy<Value = Vec<Row>> {
@@ -460,44 +486,7 @@ fn few_odd_fleet() -> impl Strategy<Value = Vec<Row>> {
                     let Some(row) = rows.get_mut(at) else {
                         continue;
                     };
-                    let speed = |base_ms| Speed {
-                        base_ms,
-                        ms_per_prefill_token: 0.01,
-                        ms_per_active_request: 1.0,
-                    };
-                    *row = match kind {
-                        0 => row.overloaded(true),
-                        1 => Row {
-                            flags: RowFlags(row.flags.0 & !RowFlags::HAS_LOAD.0),
-                            ..*row
-                        },
-                        2 => Row {
-                            flags: RowFlags(row.flags.0 & !RowFlags::HAS_LOAD.0),
-                            active_decode_blocks: 1 << 53,
-                            ..*row
-                        },
-                        3 => Row {
-                            flags: RowFlags(row.flags.0 & !RowFlags::HAS_CACHE.0),
-                            ..*row
-                        },
-                        4 => Row {
-                            flags: RowFlags(
-                                row.flags.0 ^ RowFlags::HAS_CACHE.0 ^ RowFlags::HAS_LOAD.0,
-                            ),
-                            ..*row
-                        },
-                        5 => row.with_cache(Cache {
-                            effective_blocks: f64::NAN,
-                            ..Cache::default()
-                        }),
-                        6 => Row {
-                            flags: RowFlags(row.flags.0 | 64),
-                            ..*row
-                        },
-                        7 => row.with_speed(speed(5.0)),
-                        8 => row.with_speed(speed(f64::NAN)),
-                        _ => row.with_taints(TaintSet(row.taints.0 & !1)),
-                    };
+                    *row = odd_row(*row, kind, &mut next);
                 }
                 if !sorted {
                     rows.reverse();
@@ -507,6 +496,54 @@ fn few_odd_fleet() -> impl Strategy<Value = Vec<Row>> {
         )
 }
 
+/// `row` made odd in the way `kind` of [`ODD_KINDS`] names (see [`few_odd_fleet`]), with
+/// `next(m)` drawing below `m`.
+fn odd_row(row: Row, kind: u8, next: &mut impl FnMut(u64) -> u64) -> Row {
+    let speed = |base_ms| Speed {
+        base_ms,
+        ms_per_prefill_token: 0.01,
+        ms_per_active_request: 1.0,
+    };
+    match kind {
+        0 => row.overloaded(true),
+        1 => Row {
+            flags: RowFlags(row.flags.0 & !RowFlags::HAS_LOAD.0),
+            ..row
+        },
+        2 => Row {
+            flags: RowFlags(row.flags.0 & !RowFlags::HAS_LOAD.0),
+            active_decode_blocks: 1 << 53,
+            ..row
+        },
+        3 => Row {
+            flags: RowFlags(row.flags.0 & !RowFlags::HAS_CACHE.0),
+            ..row
+        },
+        4 => Row {
+            flags: RowFlags(row.flags.0 ^ RowFlags::HAS_CACHE.0 ^ RowFlags::HAS_LOAD.0),
+            ..row
+        },
+        5 => row.with_cache(Cache {
+            effective_blocks: f64::NAN,
+            ..Cache::default()
+        }),
+        6 => Row {
+            flags: RowFlags(row.flags.0 | 64),
+            ..row
+        },
+        7 => row.with_speed(speed(5.0)),
+        8 => row.with_speed(speed(f64::NAN)),
+        // Half of them overloaded too: left out, so never costed again.
+        10 => Row {
+            host_blocks: u32::try_from(1 + next(40)).unwrap(),
+            disk_blocks: u32::try_from(next(3)).unwrap(),
+            ..row
+        }
+        .overloaded(next(2) == 0),
+        _ => row.with_taints(TaintSet(row.taints.0 & !1)),
+    }
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 1500, ..ProptestConfig::default() })]
 
@@ -514,7 +551,7 @@ proptest! {
     fn a_fleet_with_a_few_odd_rows_selects_exactly_as_the_general_pipeline(
         rows in few_odd_fleet(), cost in knobs(),
         role in prop::sample::select(Role::ALL.to_vec()),
-        track in any::<bool>(), tiers in any::<bool>(),
+        track in any::<bool>(), tiers in any::<bool>(), device_only in any::<bool>(),
         required in prop::sample::select(vec![0u64, 0, 0, 1]),
         preferred in any::<bool>(),
         temperature in prop::sample::select(vec![0.0, 0.0, 0.7]),
@@ -528,20 +565,95 @@ proptest! {
             .role(role)
             .track_prefill_tokens(track)
             .has_tier_matches(tiers)
+            .device_matches_only(device_only)
             .required_taints(TaintSet(required));
         if preferred {
             request = request.preferred_taints(&taints);
         }
         let picker = DefaultPicker { temperature };
-        let fused = Policy::new((), (cost,), picker).unwrap().with_seed(seed);
-        let general = Policy::new((), (General(cost),), picker).unwrap().with_seed(seed);
-        let mut a = Box::new(Selector::<512>::with_entropy(entropy));
-        let mut b = Box::new(Selector::<512>::with_entropy(entropy));
-        for _ in 0..2 {
-            let x = fused.select(&mut a, &request, &rows);
-            let x = outcome(x, &a);
-            let y = general.select(&mut b, &request, &rows);
-            let y = outcome(y, &b);
+        let pairs = default_one_pass_and_general::<512>(
+            (cost, picker), (&request, &rows), (seed, entropy), 2,
+        );
+        for (x, y) in pairs {
+            prop_assert_eq!(&x, &y);
+            if let Ok((selection, _, _)) = &x {
+                prop_assert_eq!(selection.cost.to_bits(), y.as_ref().unwrap().0.cost.to_bits());
+            }
+        }
+    }
+}
+
+/// Fleets of 32 to 400 rows with a cache entry and a load projection, of which 1 to 8 at any
+/// position hold host and disk blocks (up to 400: their credit often makes them the
+/// cheapest), half of those overloaded. A request with tier matches that says they are all in
+/// device memory (wrongly, here) is costed in a pass that takes every row's host and disk
+/// blocks as 0, and then costs again the rows that hold some.
+fn fleet_holding_tiers() -> impl Strategy<Value = Vec<Row>> {
+    (
+        32u64..400,
+        proptest::collection::vec((0usize..400, 1u32..400, any::<bool>()), 1..8),
+        any::<u64>(),
+    )
+        .prop_map(|(n, holding, seed)| {
+            let mut state = seed | 1;
+            let mut next = move |m: u64| {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                state % m
+            };
+            let mut rows: Vec<Row> = (0..n)
+                .map(|i| {
+                    let device = next(64);
+                    Row::new(WorkerKey::new(i, 0))
+                        .with_cache(Cache {
+                            device_blocks: u32::try_from(device).unwrap(),
+                            effective_blocks: device as f64,
+                            effective_tokens: device * 16,
+                            ..Cache::default()
+                        })
+                        .with_load(Load {
+                            available: true,
+                            active_prefill_tokens: next(5000),
+                            active_decode_blocks: next(500),
+                            active_requests: next(40),
+                        })
+                })
+                .collect();
+            for (at, host, overloaded) in holding {
+                if let Some(row) = rows.get_mut(at) {
+                    row.host_blocks = host;
+                    row.disk_blocks = host / 3;
+                    *row = row.overloaded(overloaded);
+                }
+            }
+            rows
+        })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 600, ..ProptestConfig::default() })]
+
+    /// Rows that hold host or disk blocks of a request with tier matches are credited for them
+    /// (and those left out stay left out) when the request says no row holds any.
+    #[test]
+    fn rows_holding_host_or_disk_blocks_are_credited_for_them(
+        rows in fleet_holding_tiers(), cost in knobs(),
+        role in prop::sample::select(Role::ALL.to_vec()), track in any::<bool>(),
+        temperature in prop::sample::select(vec![0.0, 0.0, 0.7]),
+        seed in proptest::option::of(any::<u64>()), entropy in any::<u64>(),
+        device_only in proptest::bool::weighted(0.8),
+    ) {
+        let request = Request::new(2048, 16)
+            .role(role)
+            .track_prefill_tokens(track)
+            .has_tier_matches(true)
+            .device_matches_only(device_only);
+        let picker = DefaultPicker { temperature };
+        let pairs = default_one_pass_and_general::<512>(
+            (cost, picker), (&request, &rows), (seed, entropy), 2,
+        );
+        for (x, y) in pairs {
             prop_assert_eq!(&x, &y);
             if let Ok((selection, _, _)) = &x {
                 prop_assert_eq!(selection.cost.to_bits(), y.as_ref().unwrap().0.cost.to_bits());

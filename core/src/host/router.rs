@@ -415,6 +415,7 @@ where
         if cache {
             self.index.query(hashes, &mut self.overlaps);
             request.has_tier_matches = self.overlaps.has_tier_matches();
+            request.device_matches_only = self.overlaps.device_only();
         }
         let speed = inputs.contains(WorkerInputs::SPEED);
         let blocks = request.request_blocks();

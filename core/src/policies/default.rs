@@ -211,6 +211,11 @@ impl Mode {
     const CREDIT_ESTIMATE: u16 = 1;
     /// Tier matches: device blocks.
     const CREDIT_TIERS: u16 = 2;
+    /// Tier matches all in device memory ([`Request::device_matches_only`]), one-pass steps
+    /// only: device blocks, with the host and disk blocks taken as 0 and collected into
+    /// `tiers`. A row that holds some after all is costed again with them (see
+    /// [`cost_tier_rows`]).
+    const CREDIT_DEVICE: u16 = 3;
     /// `max(0, dcb - credit) + req_cost`.
     const SUBTRACT_FROM_DECODE: u16 = 0;
     /// The prefill formula with `raw_tokens` from the prompt and the load.
@@ -365,7 +370,8 @@ impl<'a> Multipliers<'a> {
 /// general pipeline ([`Scorer::score`]) and the one-pass steps ([`Scorer::score_all_rows`]) both
 /// instantiate it. `M` fixes the request-wide switches ([`Mode`]); what varies per row, whether it
 /// carries a cache entry or a load projection, is selected per row. With [`Mode::EXACT`] the
-/// counters read are OR-ed into `high`, for the caller's check that they are below `2^52`.
+/// counters read are OR-ed into `high`, for the caller's check that they are below `2^52`; with
+/// [`Mode::CREDIT_DEVICE`] the host and disk blocks (both in one word) into `tiers`.
 #[allow(
     clippy::inline_always,
     reason = "inlined into each mode's loop, so every mode is its own branch-free loop"
@@ -377,6 +383,7 @@ fn row_cost<const M: u16>(
     row: &Row,
     (load_mask, cache_mask): (u64, u64),
     high: &mut u64,
+    tiers: &mut u64,
 ) -> f64 {
     let (credit_mode, formula) = (M & 3, M >> 2 & 3);
     let (requests, extras, credit_extras) = (
@@ -404,7 +411,7 @@ fn row_cost<const M: u16>(
     } else {
         #[allow(clippy::cast_possible_truncation, reason = "all ones or zero")]
         let narrow = cache_mask as u32;
-        let device = if credit_mode == Mode::CREDIT_TIERS {
+        let device = if credit_mode == Mode::CREDIT_TIERS || credit_mode == Mode::CREDIT_DEVICE {
             f64::from(row.device_blocks & narrow)
         } else {
             f64::from_bits(row.effective_blocks.to_bits() & cache_mask)
@@ -425,6 +432,11 @@ fn row_cost<const M: u16>(
             let tiers =
                 (u64::from(row.host_blocks) | u64::from(row.disk_blocks) << 32) & cache_mask;
             *high |= tiers | tiers.wrapping_neg();
+            device_credit
+        } else if credit_mode == Mode::CREDIT_DEVICE {
+            // Both terms `+ 0.0` when the row holds no host or disk block, as above; a row that
+            // holds some is costed again after the pass.
+            *tiers |= (u64::from(row.host_blocks) | u64::from(row.disk_blocks) << 32) & cache_mask;
             device_credit
         } else {
             device_credit
@@ -501,10 +513,11 @@ fn cost_candidates<const M: u16>(
     costs: &mut [f64],
 ) {
     let mut multipliers = Multipliers::new(ctx.preferred);
-    let mut high = 0;
+    let (mut high, mut tiers) = (0, 0);
     for (cost, &i) in costs.iter_mut().zip(order) {
         let row = &rows[i as usize];
-        *cost = row_cost::<M>(ctx, &mut multipliers, row, ctx.masks(row), &mut high);
+        let masks = ctx.masks(row);
+        *cost = row_cost::<M>(ctx, &mut multipliers, row, masks, &mut high, &mut tiers);
     }
 }
 
@@ -576,6 +589,7 @@ fn admit_and_cost_with<const M: u16>(
     // `flags` collects the rows' flags, for the unknown-flag and speed checks after the loop.
     let (mut invalid, mut flags, mut high, mut odd, mut left_out) =
         (false, 0u32, 0u64, 0u32, 0usize);
+    let mut tiers = 0u64;
     let fleet_masks = ctx.masks(reference);
     let (order, costs) = (&mut order[..rows.len()], &mut costs[..rows.len()]);
     for (i, ((row, cost), slot)) in rows
@@ -589,12 +603,13 @@ fn admit_and_cost_with<const M: u16>(
         if uniform {
             odd |= row.flags.0 ^ fleet_flags;
             invalid |= row.has_invalid_estimate();
-            *cost = row_cost::<M>(ctx, multipliers, row, fleet_masks, &mut high);
+            *cost = row_cost::<M>(ctx, multipliers, row, fleet_masks, &mut high, &mut tiers);
             *slot = index;
         } else {
             invalid |= row.has_invalid_estimate();
             flags |= row.flags.0;
-            let row_cost = row_cost::<M>(ctx, multipliers, row, ctx.masks(row), &mut high);
+            let masks = ctx.masks(row);
+            let row_cost = row_cost::<M>(ctx, multipliers, row, masks, &mut high, &mut tiers);
             let excluded = !row.is_candidate(required);
             *cost = if excluded { f64::NAN } else { row_cost };
             *slot = index | (u32::from(excluded) * LEFT_OUT);
@@ -606,7 +621,8 @@ fn admit_and_cost_with<const M: u16>(
         if odd != 0 {
             for_each_odd_row(rows, reference.flags, |i, row| {
                 flags |= row.flags.0;
-                let row_cost = row_cost::<M>(ctx, multipliers, row, ctx.masks(row), &mut high);
+                let masks = ctx.masks(row);
+                let row_cost = row_cost::<M>(ctx, multipliers, row, masks, &mut high, &mut tiers);
                 let excluded = !row.is_candidate(required);
                 costs[i] = if excluded { f64::NAN } else { row_cost };
                 order[i] |= u32::from(excluded) * LEFT_OUT;
@@ -622,6 +638,9 @@ fn admit_and_cost_with<const M: u16>(
     {
         return None;
     }
+    if M & 3 == Mode::CREDIT_DEVICE && tiers != 0 {
+        cost_tier_rows(ctx, rows, order, costs);
+    }
     if left_out == 0 {
         return Some(OnePass::Compacted(rows.len()));
     }
@@ -629,6 +648,54 @@ fn admit_and_cost_with<const M: u16>(
         return Some(OnePass::InPlace(rows.len() - left_out));
     }
     Some(OnePass::Compacted(compact_left_out(order, costs)))
+}
+
+/// Costs again, with their host and disk blocks, the candidates of [`Mode::CREDIT_DEVICE`]'s
+/// pass that hold some (`order` marks the rows left out, by position, and `costs` is by
+/// position too), through the general pipeline's loop, which computes the same cost
+/// as the one pass with tiers would, a few rows at a time. The request said that no row
+/// holds any ([`Request::device_matches_only`]), so this is the price of a wrong hint.
+#[inline(never)]
+fn cost_tier_rows(ctx: &RowContext<'_>, rows: &[Row], order: &[u32], costs: &mut [f64]) {
+    let mut batch = [0u32; TIER_BATCH];
+    let mut batch_costs = [0.0; TIER_BATCH];
+    let mut n = 0;
+    let mut flush = |batch: &[u32], costs: &mut [f64]| {
+        let batch_costs = &mut batch_costs[..batch.len()];
+        dispatch!(
+            ctx.mode(false, true),
+            cost_candidates(ctx, rows, batch, batch_costs),
+            [16 17 18 20 21 22 24 25 26 48 49 50 52 53 54 56 57 58
+             144 145 146 148 149 150 152 153 154 176 177 178 180 181 182 184 185 186
+             560 561 562 564 565 566 568 569 570 688 689 690 692 693 694 696 697 698],
+            unreachable!("every mode of the general pipeline is listed")
+        );
+        for (&i, &cost) in batch.iter().zip(batch_costs.iter()) {
+            costs[i as usize] = cost;
+        }
+    };
+    for (i, (row, &entry)) in rows.iter().zip(order).enumerate() {
+        if entry & LEFT_OUT == 0 && holds_tiers(row, ctx.cache_flag) {
+            #[allow(clippy::cast_possible_truncation, reason = "rows.len() <= 2^31")]
+            let index = i as u32;
+            batch[n] = index;
+            n += 1;
+            if n == TIER_BATCH {
+                flush(&batch, costs);
+                n = 0;
+            }
+        }
+    }
+    flush(&batch[..n], costs);
+}
+
+/// Rows [`cost_tier_rows`] costs at a time.
+const TIER_BATCH: usize = 16;
+
+/// Whether `row` carries a cache entry (`cache_flag`) with host or disk blocks.
+#[inline]
+fn holds_tiers(row: &Row, cache_flag: u32) -> bool {
+    row.flags.0 & cache_flag == cache_flag && (row.host_blocks | row.disk_blocks) != 0
 }
 
 /// [`Mode::UNIFORM`]'s loop (and the catalog's loops over tidy fleets) takes a fleet with at
@@ -810,7 +877,12 @@ impl DefaultCost {
             return None;
         }
         let requests = self.decode_active_request_weight != 0.0;
-        let mode = ctx.mode(true, requests);
+        let mut mode = ctx.mode(true, requests);
+        // Tier matches all in device memory (a router's route, most of the time): no row's
+        // host and disk blocks need converting and weighing.
+        if mode & 3 == Mode::CREDIT_TIERS && request.device_matches_only() == Some(true) {
+            mode |= Mode::CREDIT_DEVICE;
+        }
         // A fleet is tried as uniform when the request requires no taint and a sample of its
         // rows shares one row's flags, without an overload mark, but for at most one (a fleet
         // with many odd rows shows some there); the uniform loop declines more than a few odd
@@ -820,8 +892,9 @@ impl DefaultCost {
             let taken = dispatch!(
                 mode | Mode::UNIFORM,
                 admit_and_cost(&ctx, required, reference, rows, (&mut *order, &mut *costs), in_place),
-                [320 321 322 324 325 326 328 329 330 336 337 338 340 341 342 344 345 346
-                 352 353 354 356 357 358 360 361 362 368 369 370 372 373 374 376 377 378],
+                [320 321 322 323 324 325 326 327 328 329 330 331 336 337 338 339 340 341 342 343
+                 344 345 346 347 352 353 354 355 356 357 358 359 360 361 362 363 368 369 370 371
+                 372 373 374 375 376 377 378 379],
                 None
             );
             if taken.is_some() {
@@ -831,8 +904,9 @@ impl DefaultCost {
         dispatch!(
             mode,
             admit_and_cost(&ctx, required, rows.first()?, rows, (order, costs), in_place),
-            [64 65 66 68 69 70 72 73 74 80 81 82 84 85 86 88 89 90
-             96 97 98 100 101 102 104 105 106 112 113 114 116 117 118 120 121 122],
+            [64 65 66 67 68 69 70 71 72 73 74 75 80 81 82 83 84 85 86 87 88 89 90 91
+             96 97 98 99 100 101 102 103 104 105 106 107 112 113 114 115 116 117 118 119
+             120 121 122 123],
             None
         )
     }

@@ -211,6 +211,17 @@ impl<'a> RequestView<'a> {
         }
     }
 
+    /// Whether the request's tier matches are all in device memory
+    /// ([`Request::device_matches_only`]), `None` when CACHE is not declared.
+    #[must_use]
+    pub const fn device_matches_only(&self) -> Option<bool> {
+        if self.inputs.contains(WorkerInputs::CACHE) {
+            Some(self.request.device_matches_only)
+        } else {
+            None
+        }
+    }
+
     /// The request's session id, if it has one (every component may read it).
     #[must_use]
     pub const fn session(&self) -> Option<u64> {

@@ -179,6 +179,10 @@ pub struct Leg {
 /// assert_eq!(Request::new(0, 16).request_blocks(), 1, "an empty prompt counts as one block");
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq)]
+#[allow(
+    clippy::struct_excessive_bools,
+    reason = "the spec's request-wide switches, named as in the spec, and one hint"
+)]
 pub struct Request<'a> {
     /// Prompt length in tokens (`P`).
     pub prompt_tokens: u64,
@@ -193,6 +197,11 @@ pub struct Request<'a> {
     pub conditional_disagg: bool,
     /// Whether the request has any device/host/disk overlap entry, even for an ineligible worker.
     pub has_tier_matches: bool,
+    /// Whether every tier match is in device memory: no worker holds host or disk blocks of
+    /// the request (a [`crate::Router`] knows this from its query and sets it). A hint for
+    /// speed: the default cost's one pass then reads no row's host or disk blocks but checks
+    /// them, and costs again the rows that hold some, so a wrong `true` changes no result.
+    pub device_matches_only: bool,
     /// A worker this request must go to; sampling is bypassed.
     pub pin: Option<WorkerKey>,
     /// Taints a worker must carry to be eligible.
@@ -217,6 +226,7 @@ impl<'a> Request<'a> {
             track_prefill_tokens: true,
             conditional_disagg: false,
             has_tier_matches: false,
+            device_matches_only: false,
             pin: None,
             required_taints: TaintSet::EMPTY,
             preferred_taints: &[],
@@ -250,6 +260,13 @@ impl<'a> Request<'a> {
     #[must_use]
     pub const fn has_tier_matches(mut self, has: bool) -> Self {
         self.has_tier_matches = has;
+        self
+    }
+
+    /// This request with `device_matches_only` set.
+    #[must_use]
+    pub const fn device_matches_only(mut self, only: bool) -> Self {
+        self.device_matches_only = only;
         self
     }
 
