@@ -2,13 +2,15 @@
 //! prompt, no tier maps: the approximate-mode estimate), at T = 0 and T = 0.7, seeded and
 //! unseeded; and at T = 0 on a mixed fleet (`mixed_fleet`: 10% overloaded, 10% without a load
 //! projection, 10% without a cache entry, two preferred taints) and on a fleet with a few odd
-//! workers (`few_odd_fleet`: one row in 128). `cargo xtask bench` runs it;
+//! workers (`few_odd_fleet`: one row in 128); and at T = 0 with tier matches (`tiers_fleet`):
+//! device blocks only, as a router's rows and request are when it matched no block beyond device
+//! memory, and one row in 8 holding host and disk blocks. `cargo xtask bench` runs it;
 //! medians are recorded in `benches/RESULTS.md`.
 
 use std::hint::black_box;
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
-use libroute_benches::{MIXED_PREFERRED, bench_fleet, few_odd_fleet, mixed_fleet};
+use libroute_benches::{MIXED_PREFERRED, bench_fleet, few_odd_fleet, mixed_fleet, tiers_fleet};
 use libroute_core::{DefaultKnobs, Request, Row, Selector};
 
 const SIZES: [u64; 5] = [8, 64, 256, 1024, 4096];
@@ -20,6 +22,10 @@ fn select(c: &mut Criterion) {
     let uniform: fn(u64) -> Vec<Row> = bench_fleet;
     let mixed: fn(u64) -> Vec<Row> = mixed_fleet;
     let few_odd: fn(u64) -> Vec<Row> = few_odd_fleet;
+    let tiers = plain.has_tier_matches(true);
+    let device_tiers = tiers.device_matches_only(true);
+    let device: fn(u64) -> Vec<Row> = |n| tiers_fleet(n, 0);
+    let holding: fn(u64) -> Vec<Row> = |n| tiers_fleet(n, 128);
     for (temperature, seed, name, request, fleet) in [
         (0.0, None, "T0", &plain, uniform),
         (0.0, Some(42), "T0-seeded", &plain, uniform),
@@ -27,6 +33,8 @@ fn select(c: &mut Criterion) {
         (0.7, Some(42), "T0.7-seeded", &plain, uniform),
         (0.0, None, "T0-mixed", &preferred, mixed),
         (0.0, None, "T0-few-odd", &preferred, few_odd),
+        (0.0, None, "T0-tiers", &device_tiers, device),
+        (0.0, None, "T0-tiers-host", &tiers, holding),
     ] {
         let policy = DefaultKnobs {
             temperature,

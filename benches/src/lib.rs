@@ -38,6 +38,30 @@ pub fn bench_fleet(n: u64) -> Vec<Row> {
 /// The benchmark fleet as a real one looks: [`bench_fleet`] with 10% of rows marked overloaded,
 /// 10% without a load projection yet and 10% without a cache entry (disjoint), and taints 0 and
 /// 1 spread over the fleet, for a request with the two [`MIXED_PREFERRED`] taints.
+/// [`bench_fleet`]'s loads with the CACHE inputs a router writes for a request with tier
+/// matches: each row's device blocks (`(id * 37) % 97`, the estimate the same count), and
+/// `holding` rows of every 1,024, at positions drawn by a multiplicative hash, also holding host
+/// and disk blocks.
+#[must_use]
+pub fn tiers_fleet(n: u64, holding: u64) -> Vec<Row> {
+    bench_fleet(n)
+        .into_iter()
+        .map(|row| {
+            let id = row.worker.worker_id;
+            #[allow(clippy::cast_possible_truncation, reason = "below 97")]
+            let device = ((id * 37) % 97) as u32;
+            let holds = ((id + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 54) < holding;
+            row.with_cache(Cache {
+                device_blocks: device,
+                host_blocks: if holds { 1 + device / 2 } else { 0 },
+                disk_blocks: u32::from(holds),
+                effective_blocks: f64::from(device),
+                effective_tokens: u64::from(device) * 16,
+            })
+        })
+        .collect()
+}
+
 #[must_use]
 pub fn mixed_fleet(n: u64) -> Vec<Row> {
     bench_fleet(n)
