@@ -185,11 +185,12 @@ fn two_mode_rule(sglang: bool, spread: u64, ratio: f64, share: f64) -> BuiltinSc
 /// The outcomes of one selection in one pass and of the same through the general pipeline.
 type Pair = (Result<Outcome, SelectError>, Result<Outcome, SelectError>);
 
-/// `rounds` selections of one catalog scorer in one pass and through the general pipeline, on
-/// two selectors with the same entropy: each pair of outcomes, to be equal bit for bit.
-fn one_pass_and_general<const N: usize>(
-    scorer: WeightedScorer,
-    picker: BuiltinPicker,
+/// `rounds` selections of one scorer (the default cost, or one of the catalog's) in one pass and
+/// through the general pipeline, on two selectors with the same entropy: each pair of outcomes,
+/// to be equal bit for bit.
+fn one_pass_and_general<const N: usize, S: Scorer + Copy, P: Picker + Clone>(
+    scorer: S,
+    picker: P,
     (request, rows): (&Request<'_>, &[Row]),
     (seed, entropy): (Option<u64>, u64),
     rounds: usize,
@@ -198,28 +199,6 @@ fn one_pass_and_general<const N: usize>(
         .unwrap()
         .with_seed(seed);
     let general = Policy::new((), (General(scorer),), picker)
-        .unwrap()
-        .with_seed(seed);
-    let mut a = Box::new(Selector::<N>::with_entropy(entropy));
-    let mut b = Box::new(Selector::<N>::with_entropy(entropy));
-    (0..rounds)
-        .map(|_| {
-            let x = outcome(fused.select(&mut a, request, rows), &a);
-            let y = outcome(general.select(&mut b, request, rows), &b);
-            (x, y)
-        })
-        .collect()
-}
-
-/// [`one_pass_and_general`] for the default cost under the default picker.
-fn default_one_pass_and_general<const N: usize>(
-    (cost, picker): (DefaultCost, DefaultPicker),
-    (request, rows): (&Request<'_>, &[Row]),
-    (seed, entropy): (Option<u64>, u64),
-    rounds: usize,
-) -> Vec<Pair> {
-    let fused = Policy::new((), (cost,), picker).unwrap().with_seed(seed);
-    let general = Policy::new((), (General(cost),), picker)
         .unwrap()
         .with_seed(seed);
     let mut a = Box::new(Selector::<N>::with_entropy(entropy));
@@ -314,7 +293,7 @@ proptest! {
         };
         let scorer = WeightedScorer { scorer, weight: 1.0 };
         let request = Request::new(prompt, 16).required_taints(TaintSet(required));
-        let pairs = one_pass_and_general::<64>(
+        let pairs = one_pass_and_general::<64, _, _>(
             scorer, picker_of(picker), (&request, &rows), (seed, entropy), 4,
         );
         for (x, y) in pairs {
@@ -571,8 +550,8 @@ proptest! {
             request = request.preferred_taints(&taints);
         }
         let picker = DefaultPicker { temperature };
-        let pairs = default_one_pass_and_general::<512>(
-            (cost, picker), (&request, &rows), (seed, entropy), 2,
+        let pairs = one_pass_and_general::<512, _, _>(
+            cost, picker, (&request, &rows), (seed, entropy), 2,
         );
         for (x, y) in pairs {
             prop_assert_eq!(&x, &y);
@@ -650,8 +629,8 @@ proptest! {
             .has_tier_matches(true)
             .device_matches_only(device_only);
         let picker = DefaultPicker { temperature };
-        let pairs = default_one_pass_and_general::<512>(
-            (cost, picker), (&request, &rows), (seed, entropy), 2,
+        let pairs = one_pass_and_general::<512, _, _>(
+            cost, picker, (&request, &rows), (seed, entropy), 2,
         );
         for (x, y) in pairs {
             prop_assert_eq!(&x, &y);
@@ -703,7 +682,7 @@ proptest! {
         let rule = two_mode_rule(sglang, spread, ratio, share);
         let scorer = WeightedScorer { scorer: rule, weight: 1.0 };
         let request = Request::new(prompt, 16).required_taints(TaintSet(required));
-        let pairs = one_pass_and_general::<512>(
+        let pairs = one_pass_and_general::<512, _, _>(
             scorer, picker_of(picker), (&request, &rows), (seed, entropy), 2,
         );
         for (x, y) in pairs {
@@ -739,7 +718,7 @@ fn two_mode_rules_take_loads_beyond_2_pow_53_exactly() {
             weight: 1.0,
         };
         let pairs =
-            one_pass_and_general::<64>(scorer, picker_of(2), (&request, &rows), (None, 1), 1);
+            one_pass_and_general::<64, _, _>(scorer, picker_of(2), (&request, &rows), (None, 1), 1);
         let (x, y) = pairs.into_iter().next().unwrap();
         assert_eq!(x, y);
         // Toward the overlap: the rows holding 7 blocks cost 0.
@@ -773,7 +752,8 @@ fn two_mode_rules_read_an_odd_row_through_its_own_masks() {
         scorer: two_mode_rule(false, 64, 1.1, 0.5),
         weight: 1.0,
     };
-    let pairs = one_pass_and_general::<64>(scorer, picker_of(2), (&request, &rows), (None, 1), 1);
+    let pairs =
+        one_pass_and_general::<64, _, _>(scorer, picker_of(2), (&request, &rows), (None, 1), 1);
     let (x, y) = pairs.into_iter().next().unwrap();
     assert_eq!(x, y);
     assert_eq!(x.unwrap().0.cost, 0.0);
