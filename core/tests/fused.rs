@@ -212,6 +212,17 @@ fn one_pass_and_general<const N: usize, S: Scorer + Copy, P: Picker + Clone>(
         .collect()
 }
 
+/// Each pair's outcomes equal, and the selection's cost equal bit for bit too.
+fn same_outcomes(pairs: Vec<Pair>) -> Result<(), TestCaseError> {
+    for (x, y) in pairs {
+        prop_assert_eq!(&x, &y);
+        if let (Ok((selection, _, _)), Ok((other, _, _))) = (&x, &y) {
+            prop_assert_eq!(selection.cost.to_bits(), other.cost.to_bits());
+        }
+    }
+    Ok(())
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 4000, ..ProptestConfig::default() })]
 
@@ -553,12 +564,7 @@ proptest! {
         let pairs = one_pass_and_general::<512, _, _>(
             cost, picker, (&request, &rows), (seed, entropy), 2,
         );
-        for (x, y) in pairs {
-            prop_assert_eq!(&x, &y);
-            if let Ok((selection, _, _)) = &x {
-                prop_assert_eq!(selection.cost.to_bits(), y.as_ref().unwrap().0.cost.to_bits());
-            }
-        }
+        same_outcomes(pairs)?;
     }
 }
 
@@ -632,12 +638,7 @@ proptest! {
         let pairs = one_pass_and_general::<512, _, _>(
             cost, picker, (&request, &rows), (seed, entropy), 2,
         );
-        for (x, y) in pairs {
-            prop_assert_eq!(&x, &y);
-            if let Ok((selection, _, _)) = &x {
-                prop_assert_eq!(selection.cost.to_bits(), y.as_ref().unwrap().0.cost.to_bits());
-            }
-        }
+        same_outcomes(pairs)?;
     }
 }
 
