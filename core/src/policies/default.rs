@@ -424,19 +424,22 @@ fn row_cost<const M: u16>(
             // `c_ovl * 1.0 * device`.
             ctx.c_ovl * device
         };
-        let credit = if exact && credit_mode == Mode::CREDIT_ESTIMATE {
+        let credit = if exact
+            && (credit_mode == Mode::CREDIT_ESTIMATE || credit_mode == Mode::CREDIT_DEVICE)
+        {
             // Without tier matches no worker holds host or disk blocks of the request (rows
             // carry the estimate), so both terms are `+ 0.0`, which changes no result (see
-            // `shared` below). They are not read, only collected into `high` to be checked 0.
-            // Any bit of the two (one 64-bit load) sets the top bit: `w | -w` for `w != 0`.
-            let tiers =
-                (u64::from(row.host_blocks) | u64::from(row.disk_blocks) << 32) & cache_mask;
-            *high |= tiers | tiers.wrapping_neg();
-            device_credit
-        } else if credit_mode == Mode::CREDIT_DEVICE {
-            // Both terms `+ 0.0` when the row holds no host or disk block, as above; a row that
-            // holds some is costed again after the pass.
-            *tiers |= (u64::from(row.host_blocks) | u64::from(row.disk_blocks) << 32) & cache_mask;
+            // `shared` below). They are not read, only collected (one 64-bit load) to be
+            // checked 0: into `high`, where any bit of the two sets the top bit (`w | -w` for
+            // `w != 0`). With tier matches all in device memory the same holds for every row
+            // that holds none; the word goes into `tiers`, and a row that holds some is
+            // costed again after the pass.
+            let held = (u64::from(row.host_blocks) | u64::from(row.disk_blocks) << 32) & cache_mask;
+            if credit_mode == Mode::CREDIT_ESTIMATE {
+                *high |= held | held.wrapping_neg();
+            } else {
+                *tiers |= held;
+            }
             device_credit
         } else {
             device_credit
@@ -519,6 +522,20 @@ fn cost_candidates<const M: u16>(
         let masks = ctx.masks(row);
         *cost = row_cost::<M>(ctx, &mut multipliers, row, masks, &mut high, &mut tiers);
     }
+}
+
+/// The general pipeline's cost of each candidate of `order`, in its mode (inexact conversions,
+/// the request charge always read), for [`Scorer::score`] and for the rows the one pass costs
+/// again ([`cost_tier_rows`]).
+fn cost_in_general(ctx: &RowContext<'_>, rows: &[Row], order: &[u32], costs: &mut [f64]) {
+    dispatch!(
+        ctx.mode(false, true),
+        cost_candidates(ctx, rows, order, costs),
+        [16 17 18 20 21 22 24 25 26 48 49 50 52 53 54 56 57 58
+         144 145 146 148 149 150 152 153 154 176 177 178 180 181 182 184 185 186
+         560 561 562 564 565 566 568 569 570 688 689 690 692 693 694 696 697 698],
+        unreachable!("every mode of the general pipeline is listed")
+    );
 }
 
 /// The one-pass loop: validity (the checks of [`Row::is_valid`]), admission
@@ -662,14 +679,7 @@ fn cost_tier_rows(ctx: &RowContext<'_>, rows: &[Row], order: &[u32], costs: &mut
     let mut n = 0;
     let mut flush = |batch: &[u32], costs: &mut [f64]| {
         let batch_costs = &mut batch_costs[..batch.len()];
-        dispatch!(
-            ctx.mode(false, true),
-            cost_candidates(ctx, rows, batch, batch_costs),
-            [16 17 18 20 21 22 24 25 26 48 49 50 52 53 54 56 57 58
-             144 145 146 148 149 150 152 153 154 176 177 178 180 181 182 184 185 186
-             560 561 562 564 565 566 568 569 570 688 689 690 692 693 694 696 697 698],
-            unreachable!("every mode of the general pipeline is listed")
-        );
+        cost_in_general(ctx, rows, batch, batch_costs);
         for (&i, &cost) in batch.iter().zip(batch_costs.iter()) {
             costs[i as usize] = cost;
         }
@@ -803,14 +813,7 @@ impl Scorer for DefaultCost {
                 .min()
                 .unwrap_or(0);
         }
-        dispatch!(
-            ctx.mode(false, true),
-            cost_candidates(&ctx, rows, order, costs),
-            [16 17 18 20 21 22 24 25 26 48 49 50 52 53 54 56 57 58
-             144 145 146 148 149 150 152 153 154 176 177 178 180 181 182 184 185 186
-             560 561 562 564 565 566 568 569 570 688 689 690 692 693 694 696 697 698],
-            unreachable!("every mode of the general pipeline is listed")
-        );
+        cost_in_general(&ctx, rows, order, costs);
         Ok(())
     }
 
