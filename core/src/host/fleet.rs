@@ -22,6 +22,7 @@
 
 use core::fmt;
 
+use crate::host::index::NO_BIT;
 use crate::host::version::Version;
 use crate::vocab::{Row, TaintSet, WorkerKey};
 
@@ -63,9 +64,6 @@ pub struct FleetPlace {
     /// The worker's active decode blocks in the ledger, before a route adds its own.
     pub(crate) decode: u64,
 }
-
-/// A [`FleetPlace`]'s bit when the index does not know the worker.
-pub(crate) const NO_BIT: u32 = u32::MAX;
 
 impl FleetPlace {
     /// Nothing known yet.

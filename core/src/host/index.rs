@@ -358,11 +358,11 @@ impl<const WORDS: usize> Overlaps<WORDS> {
         self.counts[tier].as_flattened()[bit as usize]
     }
 
-    /// The device count of worker bit `bit`, or 0 for `u32::MAX` (how a fleet keeps the bit of
+    /// The device count of worker bit `bit`, or 0 for [`NO_BIT`] (how a fleet keeps the bit of
     /// a worker the index does not know): one bounds check serves as both.
     #[inline]
     pub(crate) fn device_count_or_zero(&self, bit: u32) -> u32 {
-        debug_assert!(bit == u32::MAX || (bit as usize) < 64 * WORDS);
+        debug_assert!(bit == NO_BIT || (bit as usize) < 64 * WORDS);
         self.counts[0]
             .as_flattened()
             .get(bit as usize)
@@ -834,6 +834,10 @@ where
     }
 }
 
+/// A worker's index bit as a [`Fleet`](crate::Fleet) keeps it when the index does not know the
+/// worker.
+pub(crate) const NO_BIT: u32 = u32::MAX;
+
 /// Writes `row`'s CACHE inputs from the overlap counts of worker bit `bit`; no cache entry when
 /// the index does not know the worker (`None`).
 #[inline]
@@ -877,6 +881,27 @@ pub(crate) fn write_device_cache<const WORDS: usize>(
     if bit.is_none() {
         row.flags = RowFlags(row.flags.0 & !RowFlags::HAS_CACHE.0);
     }
+}
+
+/// [`write_device_cache`] for a bit kept as a fleet keeps it, [`NO_BIT`] for a worker the
+/// index does not know: one bounds-checked read gives the device count, 0 for that worker.
+/// Returns the device count written.
+#[allow(
+    clippy::inline_always,
+    reason = "a fleet's refill loop; with it, the loop's machine code is what it was written in place"
+)]
+#[inline(always)]
+pub(crate) fn write_device_cache_of<const WORDS: usize>(
+    overlaps: &Overlaps<WORDS>,
+    bit: u32,
+    row: &mut Row,
+    block_size: u32,
+) -> u32 {
+    let device = overlaps.device_count_or_zero(bit);
+    let unknown = RowFlags::HAS_CACHE.0 * u32::from(bit == NO_BIT);
+    *row = row.with_cache(Cache::in_device(device, block_size));
+    row.flags = RowFlags(row.flags.0 & !unknown);
+    device
 }
 
 /// Removes `row`'s CACHE inputs: no flag, and zeros.

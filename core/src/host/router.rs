@@ -4,9 +4,10 @@ use core::fmt;
 
 use crate::engine::{Filters, Picker, Scorers};
 use crate::engine::{Policy, SelectError, Selection, Selector};
-use crate::host::fleet::{Fleet, FleetPlace, Hints, NO_BIT, Place, Seen};
+use crate::host::fleet::{Fleet, FleetPlace, Hints, Place, Seen};
 use crate::host::index::{
-    BlockSlot, Overlaps, PrefixIndex, WorkerSlot, clear_cache, write_cache, write_device_cache,
+    BlockSlot, NO_BIT, Overlaps, PrefixIndex, WorkerSlot, clear_cache, write_cache,
+    write_device_cache, write_device_cache_of,
 };
 use crate::host::ledger::{Ledger, LedgerError, LoadSlot, RequestSlot};
 use crate::host::predict::{PredictionRecord, PredictionSlot, Predictions};
@@ -795,9 +796,9 @@ fn refill(
     }
 }
 
-/// [`refill`] writing [`write_device_cache`]'s CACHE inputs, looked up from each place's bit
-/// directly: one bounds-checked read gives the device count and 0 for a worker the index does
-/// not know, and the decode blocks add the count just read, not the row's read back.
+/// [`refill`] writing [`write_device_cache`]'s CACHE inputs from each place's bit as kept
+/// ([`write_device_cache_of`]); the decode blocks add the device count just read, not the
+/// row's read back.
 #[inline]
 fn refill_device<const WORDS: usize>(
     rows: &mut [Row],
@@ -807,10 +808,7 @@ fn refill_device<const WORDS: usize>(
     blocks: u64,
 ) {
     for (row, place) in rows.iter_mut().zip(places) {
-        let device = overlaps.device_count_or_zero(place.bit);
-        let unknown = RowFlags::HAS_CACHE.0 * u32::from(place.bit == NO_BIT);
-        *row = row.with_cache(Cache::in_device(device, block_size));
-        row.flags = RowFlags(row.flags.0 & !unknown);
+        let device = write_device_cache_of(overlaps, place.bit, row, block_size);
         if row.flags.contains(RowFlags::HAS_LOAD) {
             let new = blocks.saturating_sub(u64::from(device));
             row.active_decode_blocks = place.decode.saturating_add(new);
