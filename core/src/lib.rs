@@ -121,6 +121,6 @@ pub use policies::{
 };
 pub use vocab::{
     BlockRange, Cache, Candidates, Label, Leg, Load, PreferredTaint, Request, RequestError,
-    RequestView, Role, Row, RowField, RowFlags, RowView, SharedHits, Speed, Taint, TaintSet,
-    WorkerInputs, WorkerKey,
+    RequestView, Role, Row, RowField, RowFlags, RowRule, RowView, SharedHits, Speed, Taint,
+    TaintSet, WorkerInputs, WorkerKey,
 };

@@ -1,12 +1,15 @@
 //! Filters asked a pass at a time (`Filter::check_rows`) against the same filters asked row by
 //! row: the same selections and the same errors, on generated fleets with invalid, overloaded
 //! and ineligible rows, requests with required taints, and filters that fail. The scorer after
-//! them scores in one pass and the filters then ask its candidates (least loaded, the default
-//! cost: their costs are per row), or scores the filters' candidates (the same scorers without
-//! their one pass, and Dynamo's two-tier rule, which compares candidates).
+//! them scores in one pass and the filters then ask its candidates (the default cost: its costs
+//! are per row), or applies the filters' rules in that pass (least loaded, when every filter
+//! offers a `RowRule`), or scores the filters' candidates (the same scorers without their one
+//! pass, and Dynamo's two-tier rule, which compares candidates); policies without scorers mark
+//! the rows by the rules too.
 
 use libroute_core::catalog::{
-    AllowList, BuiltinFilter, DynamoTwoTier, LeastLoaded, LoadMetric, OverloadLimits, RequireTaints,
+    AllowList, BuiltinFilter, DynamoTwoTier, LeastLoaded, LoadMetric, MinCostPicker,
+    OverloadLimits, RandomPicker, RequireTaints,
 };
 use libroute_core::*;
 use proptest::prelude::*;
@@ -140,6 +143,20 @@ proptest! {
         for _ in 0..3 {
             let x = fast.select(&mut a, &request, &rows);
             let y = slow.select(&mut b, &request, &rows);
+            prop_assert_eq!(x, y);
+        }
+        // Without scorers: a picker by position (rows left in place) and one of the least cost
+        // (candidates moved to the front), with the same filters.
+        let by_position = Policy::new(&passes[..], (), RandomPicker).unwrap().with_seed(seed);
+        let by_position_slow = Policy::new(&by_row[..], (), RandomPicker).unwrap().with_seed(seed);
+        let least_cost = Policy::new(&passes[..], (), MinCostPicker).unwrap().with_seed(seed);
+        let least_cost_slow = Policy::new(&by_row[..], (), MinCostPicker).unwrap().with_seed(seed);
+        for _ in 0..2 {
+            let x = by_position.select(&mut a, &request, &rows);
+            let y = by_position_slow.select(&mut b, &request, &rows);
+            prop_assert_eq!(x, y);
+            let x = least_cost.select(&mut a, &request, &rows);
+            let y = least_cost_slow.select(&mut b, &request, &rows);
             prop_assert_eq!(x, y);
         }
     }

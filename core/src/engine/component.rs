@@ -10,7 +10,7 @@ use core::fmt;
 use crate::engine::policy::LEFT_OUT;
 use crate::engine::rng::RandomSource;
 use crate::vocab::{Candidates, RequestView, RowView, WorkerInputs};
-use crate::vocab::{Leg, Row};
+use crate::vocab::{Leg, Row, RowRule};
 
 /// An error a component reports about itself (a host callback failing, say). The selector wraps
 /// it with the component's kind and index.
@@ -88,6 +88,17 @@ pub trait Filter {
         admission: &mut Admission<'_>,
     ) -> Option<Result<(), ComponentError>> {
         let _ = (request, admission);
+        None
+    }
+
+    /// A capability the engine asks for: the rule this filter's [`Filter::check`] decides by,
+    /// when it decides by the row alone and cannot fail: for every row (whatever the request),
+    /// [`Verdict::Reject`] when the row lacks one of the rule's required taints, else
+    /// [`Verdict::Overloaded`] when [`Row::exceeds`] the rule, else [`Verdict::Keep`]. A
+    /// scorer whose one pass applies such rules ([`Scorer::applies_row_rules`]) then leaves
+    /// out the rows the filters would, as it admits them, instead of the filters asking about
+    /// its candidates afterwards. The default, `None`, offers no rule.
+    fn row_rule(&self) -> Option<RowRule> {
         None
     }
 }
@@ -267,6 +278,17 @@ pub trait Scorer {
     /// before scoring) or with other scorers (they score the candidates left, into their own
     /// columns). The default is `false`.
     fn costs_are_per_row(&self) -> bool {
+        false
+    }
+
+    /// Whether [`Scorer::score_all_rows`] and [`Scorer::score_all_rows_in_place`] leave out
+    /// the rows [`RequestView::row_rule`] leaves out (a row lacking one of its taints, or one
+    /// that [`Row::exceeds`] it), as they leave out a row lacking the request's required
+    /// taints. The engine then hands a policy's filters, when each offers a rule
+    /// ([`Filter::row_rule`]), to the pass as one rule, and does not ask them afterwards. Only
+    /// a scorer whose costs are per row ([`Scorer::costs_are_per_row`]) is asked. The default
+    /// is `false`: the view's rule is then [`RowRule::NONE`].
+    fn applies_row_rules(&self) -> bool {
         false
     }
 
@@ -489,6 +511,9 @@ impl<T: Filter + ?Sized> Filter for &T {
     ) -> Option<Result<(), ComponentError>> {
         (**self).check_rows(request, admission)
     }
+    fn row_rule(&self) -> Option<RowRule> {
+        (**self).row_rule()
+    }
 }
 
 impl<T: Scorer + ?Sized> Scorer for &T {
@@ -523,6 +548,9 @@ impl<T: Scorer + ?Sized> Scorer for &T {
     }
     fn costs_are_per_row(&self) -> bool {
         (**self).costs_are_per_row()
+    }
+    fn applies_row_rules(&self) -> bool {
+        (**self).applies_row_rules()
     }
 }
 
@@ -587,6 +615,14 @@ pub trait Filters {
             self.get(i)?.check_rows(request, admission)?.ok()?;
         }
         Some(())
+    }
+
+    /// Every filter's [`Filter::row_rule`] as one rule ([`RowRule::and`]): the rows it leaves
+    /// out are those some filter does not keep. `None` as soon as one offers no rule.
+    fn row_rule(&self) -> Option<RowRule> {
+        (0..self.len()).try_fold(RowRule::NONE, |rule, i| {
+            Some(rule.and(self.get(i)?.row_rule()?))
+        })
     }
 }
 
@@ -750,6 +786,9 @@ impl<L: Filters + ?Sized> Filters for &L {
     }
     fn check_rows(&self, request: &RequestView<'_>, admission: &mut Admission<'_>) -> Option<()> {
         (**self).check_rows(request, admission)
+    }
+    fn row_rule(&self) -> Option<RowRule> {
+        (**self).row_rule()
     }
 }
 

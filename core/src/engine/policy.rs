@@ -11,7 +11,7 @@ use super::outcome::{Disposition, Explanation, SelectError, Selection};
 use super::rng::{RandomSource, WyRand};
 use super::selector::{Last, Scratch, Selector};
 use crate::vocab::{
-    Candidates, Leg, Request, RequestView, Row, RowField, RowFlags, RowView, TaintSet,
+    Candidates, Leg, Request, RequestView, Row, RowField, RowFlags, RowRule, RowView, TaintSet,
     WorkerInputs, any_invalid_speed,
 };
 
@@ -476,7 +476,7 @@ impl<F: Filters, S: Scorers, P: Picker> Policy<F, S, P> {
         } else if self.filters.is_empty() {
             // No filters: eligibility and the host's overload mark decide.
             let order = &mut scratch.order[..rows.len()];
-            let marked = mark_unfiltered(rows, request.required_taints, order, |_, _, _| {});
+            let marked = mark_rows(rows, request.required_taints, &RowRule::NONE, order);
             if marked.invalid {
                 return Err(first_invalid(rows));
             }
@@ -714,7 +714,17 @@ impl<F: Filters, S: Scorers, P: Picker> Policy<F, S, P> {
         sort: bool,
     ) -> Result<Option<(usize, usize)>, SelectError> {
         let order = &mut scratch.order[..rows.len()];
-        let marked = mark_unfiltered(rows, request.required_taints, order, |_, _, _| {});
+        // Filters that are rules on the row alone are applied as the rows are marked, each row
+        // read once; when none is kept, the row-by-row loop says why.
+        if let Some(rule) = self.filters.row_rule() {
+            let marked = mark_rows(rows, request.required_taints, &rule, order);
+            let m = rows.len() - marked.left_out;
+            if marked.invalid || m == 0 {
+                return Ok(None);
+            }
+            return Ok(Some(self.candidates_marked(rows, order, sort, m)));
+        }
+        let marked = mark_rows(rows, request.required_taints, &RowRule::NONE, order);
         if marked.invalid {
             return Ok(None);
         }
@@ -731,12 +741,25 @@ impl<F: Filters, S: Scorers, P: Picker> Policy<F, S, P> {
         if m == 0 {
             return Err(nothing_admitted(rejected, overloaded));
         }
+        Ok(Some(self.candidates_marked(rows, order, sort, m)))
+    }
+
+    /// How many entries of `order` the `m` candidates marked there are among, and how many
+    /// there are, for [`Policy::admit_in_passes`]: every entry when the rows left out may stay
+    /// in place ([`Policy::leaves_rows_in_place`]), else the candidates, moved to the front.
+    fn candidates_marked(
+        &self,
+        rows: &[Row],
+        order: &mut [u32],
+        sort: bool,
+        m: usize,
+    ) -> (usize, usize) {
         if m < rows.len() && self.leaves_rows_in_place(rows, sort) {
-            return Ok(Some((rows.len(), m)));
+            return (rows.len(), m);
         }
         let kept = compact_left_out(order, &mut []);
         debug_assert_eq!(kept, m, "the marks and the counts agree");
-        Ok(Some((kept, kept)))
+        (kept, kept)
     }
 
     /// Whether admission may leave the rows it does not admit in place, marked, instead of
@@ -801,7 +824,14 @@ impl<F: Filters, S: Scorers, P: Picker> Policy<F, S, P> {
         let (leg, n, capacity) = (request.leg(), rows.len(), scratch.capacity);
         let scorer = self.scorers.get(first)?;
         let mut declared = scorer.inputs(leg);
-        let view = RequestView::new(request, declared);
+        // Filters that are rules on the row alone go into the pass's admission when its scorer
+        // applies them: each row is read once, and the filters are not asked afterwards.
+        let rule = if filtered && scorer.applies_row_rules() {
+            self.filters.row_rule()
+        } else {
+            None
+        };
+        let view = RequestView::new(request, declared).with_row_rule(rule.unwrap_or(RowRule::NONE));
         let column = first * capacity..first * capacity + n;
         let (order, costs) = (&mut scratch.order[..n], &mut scratch.costs[column.clone()]);
         // One scorer, and a picker that passes over NaN costs or finds its candidates by
@@ -820,7 +850,9 @@ impl<F: Filters, S: Scorers, P: Picker> Policy<F, S, P> {
         if m == 0 || m > n {
             return None;
         }
-        if filtered {
+        if filtered && rule.is_some() {
+            declared |= self.filter_inputs(leg);
+        } else if filtered {
             let filter_inputs = self.filter_inputs(leg);
             declared |= filter_inputs;
             let mut admission = Admission::new(rows, &mut order[..entries], 0);
@@ -979,15 +1011,18 @@ fn first_invalid(rows: &[Row]) -> SelectError {
 pub(crate) struct Marked {
     /// Rows left out (ineligible or overloaded), marked with [`LEFT_OUT`].
     pub(crate) left_out: usize,
-    /// Rows that carry the required taints, overloaded or not.
+    /// Rows that carry the request's required taints, overloaded or not (the rule's taints and
+    /// limits not asked).
     pub(crate) eligible: usize,
     /// Some row is invalid ([`Row::check`] says which).
     pub(crate) invalid: bool,
 }
 
-/// Admission without filters, for the pipeline and for scorers' one-pass steps
-/// ([`Scorer::score_all_rows`]): writes every row's index to its own slot of `order`, marked
-/// with [`LEFT_OUT`] when the row lacks a required taint or is overloaded, and calls
+/// Admission without filters, or with filters given as one `rule` ([`RowRule::NONE`] for
+/// none), for the pipeline and for scorers' one-pass steps ([`Scorer::score_all_rows`]):
+/// writes every row's index to its own slot of `order`, marked with [`LEFT_OUT`] when the row
+/// lacks a required taint (the request's or the rule's), is overloaded, or exceeds the rule's
+/// limits ([`Row::exceeds`]), and calls
 /// `each(i, row, kept)` for every row (a one-pass scorer writes its cost there; `kept` is
 /// whether the row is a candidate). The loop has no
 /// data-dependent index or branch; validity is folded as it goes (speeds, which few rows carry,
@@ -998,14 +1033,39 @@ pub(crate) struct Marked {
 pub(crate) fn mark_unfiltered(
     rows: &[Row],
     required: TaintSet,
+    rule: &RowRule,
+    order: &mut [u32],
+    each: impl FnMut(usize, &Row, bool),
+) -> Marked {
+    if rule.has_limits() {
+        mark_with::<true>(rows, required, rule, order, each)
+    } else {
+        mark_with::<false>(rows, required, rule, order, each)
+    }
+}
+
+/// [`mark_unfiltered`] for admission alone, with nothing to do per row.
+#[inline]
+fn mark_rows(rows: &[Row], required: TaintSet, rule: &RowRule, order: &mut [u32]) -> Marked {
+    mark_unfiltered(rows, required, rule, order, |_, _, _| {})
+}
+
+/// [`mark_unfiltered`], the rule's limits compared only when `LIMITS`: one loop per case, so a
+/// rule without limits costs the loop nothing.
+#[inline]
+fn mark_with<const LIMITS: bool>(
+    rows: &[Row],
+    required: TaintSet,
+    rule: &RowRule,
     order: &mut [u32],
     mut each: impl FnMut(usize, &Row, bool),
 ) -> Marked {
+    let all = TaintSet(required.0 | rule.required_taints.0);
     let (mut left_out, mut eligible, mut invalid, mut speeds) = (0usize, 0usize, false, 0);
     for (i, (row, slot)) in rows.iter().zip(order.iter_mut()).enumerate() {
         invalid |= row.has_unknown_flags() | row.has_invalid_estimate();
         speeds |= row.flags.0 & RowFlags::HAS_SPEED.0;
-        let excluded = !row.is_candidate(required);
+        let excluded = !row.is_candidate(all) | (LIMITS && row.exceeds(rule));
         #[allow(
             clippy::cast_possible_truncation,
             reason = "rows.len() <= capacity <= 2^31"

@@ -19,7 +19,7 @@ use crate::engine::{nan_left_out, refusal_among};
 use crate::policies::default::{EXACT_LIMIT, exact_f64, for_each_odd_row, tidy_reference};
 use crate::policies::{DefaultCost, DefaultPicker};
 use crate::vocab::{Candidates, RequestView, RowView, WorkerInputs, any_invalid_speed};
-use crate::vocab::{Leg, Load, Row, RowFlags, Speed, TaintSet, WorkerKey};
+use crate::vocab::{Leg, Load, Row, RowFlags, RowRule, Speed, TaintSet, WorkerKey};
 
 /// Which load figure a load-based component reads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -119,6 +119,11 @@ impl Scorer for LeastLoaded {
     fn costs_are_per_row(&self) -> bool {
         true
     }
+
+    /// Its pass admits through `mark_unfiltered`, which applies the view's rule.
+    fn applies_row_rules(&self) -> bool {
+        true
+    }
 }
 
 impl LeastLoaded {
@@ -186,9 +191,16 @@ fn one_pass(
         return None;
     }
     let (order, costs) = (&mut order[..n], &mut costs[..n]);
-    let marked = mark_unfiltered(rows, request.required_taints(), order, |i, row, kept| {
-        costs[i] = cost(row, kept);
-    });
+    let rule = request.row_rule();
+    let marked = mark_unfiltered(
+        rows,
+        request.required_taints(),
+        &rule,
+        order,
+        |i, row, kept| {
+            costs[i] = cost(row, kept);
+        },
+    );
     if marked.invalid || marked.left_out == n {
         return None;
     }
@@ -1618,6 +1630,10 @@ impl Filter for RequireTaints {
         }
         Some(admission.check_with(self, request))
     }
+
+    fn row_rule(&self) -> Option<RowRule> {
+        Some(RowRule::requiring(self.0))
+    }
 }
 
 /// Removes workers above a load limit as overloaded (a row without a load projection passes).
@@ -1664,6 +1680,16 @@ impl Filter for OverloadLimits {
         admission: &mut Admission<'_>,
     ) -> Option<Result<(), ComponentError>> {
         Some(admission.check_with(self, request))
+    }
+
+    fn row_rule(&self) -> Option<RowRule> {
+        let limit = |limit: Option<u64>| limit.unwrap_or(u64::MAX);
+        Some(
+            RowRule::NONE
+                .with_max_active_blocks(limit(self.max_active_blocks))
+                .with_max_prefill_tokens(limit(self.max_prefill_tokens))
+                .with_max_requests(limit(self.max_requests)),
+        )
     }
 }
 
@@ -1982,6 +2008,10 @@ impl Filter for BuiltinFilter {
             BuiltinFilter::AllowList(f) => f.check_rows(request, admission),
         }
     }
+
+    fn row_rule(&self) -> Option<RowRule> {
+        self.get().row_rule()
+    }
 }
 
 /// Any builtin scorer.
@@ -2118,6 +2148,12 @@ impl Scorer for WeightedScorer {
 
     fn costs_are_per_row(&self) -> bool {
         self.scorer.get().costs_are_per_row()
+    }
+
+    /// At weight 1, whether the scorer's pass applies rules (at other weights there is no
+    /// pass).
+    fn applies_row_rules(&self) -> bool {
+        self.weight == 1.0 && self.scorer.get().applies_row_rules()
     }
 }
 

@@ -9,7 +9,8 @@
 use core::fmt;
 
 use crate::vocab::{
-    Cache, Leg, Load, PreferredTaint, Request, Role, Row, SharedHits, Speed, TaintSet, WorkerKey,
+    Cache, Leg, Load, PreferredTaint, Request, Role, Row, RowRule, SharedHits, Speed, TaintSet,
+    WorkerKey,
 };
 
 /// A set of input groups (spec section 1).
@@ -127,6 +128,7 @@ pub struct RequestView<'a> {
     request: &'a Request<'a>,
     inputs: WorkerInputs,
     pinned: bool,
+    rule: RowRule,
 }
 
 impl<'a> RequestView<'a> {
@@ -137,7 +139,23 @@ impl<'a> RequestView<'a> {
             request,
             inputs,
             pinned: request.pin.is_some(),
+            rule: RowRule::NONE,
         }
+    }
+
+    /// This view with the rule of the policy's filters for a scorer's one pass to admit by
+    /// ([`RequestView::row_rule`]).
+    #[must_use]
+    pub(crate) const fn with_row_rule(self, rule: RowRule) -> Self {
+        Self { rule, ..self }
+    }
+
+    /// The rule a scorer's one-pass admission applies besides the required taints and the
+    /// host's overload marks: the policy's filters as one [`RowRule`], given only to a scorer
+    /// that said it applies it (`Scorer::applies_row_rules`); [`RowRule::NONE`] otherwise.
+    #[must_use]
+    pub const fn row_rule(&self) -> RowRule {
+        self.rule
     }
 
     /// The groups this view exposes.

@@ -14,5 +14,5 @@ pub use request::{
     BlockRange, Label, Leg, PreferredTaint, Request, RequestError, Role, SharedHits,
 };
 pub(crate) use row::any_invalid_speed;
-pub use row::{Cache, Load, Row, RowField, RowFlags, Speed};
+pub use row::{Cache, Load, Row, RowField, RowFlags, RowRule, Speed};
 pub use worker::{Taint, TaintSet, WorkerKey};

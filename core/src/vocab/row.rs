@@ -201,6 +201,103 @@ impl Speed {
     }
 }
 
+/// What a filter that decides by the row alone decides, as data: a row lacking one of
+/// `required_taints` is rejected, and one with a load projection above a limit is overloaded.
+/// A filter declares it through `Filter::row_rule`, and a scorer's one-pass admission that
+/// applies it (`Scorer::applies_row_rules`) then leaves out the same rows the filter would,
+/// while reading each row once. [`RowRule::NONE`] leaves out nothing.
+///
+/// # Examples
+///
+/// ```
+/// use libroute_core::{Row, RowFlags, RowRule, TaintSet, WorkerKey};
+///
+/// let rule = RowRule::NONE.with_max_requests(11).and(RowRule::requiring(TaintSet(0b10)));
+/// let mut row = Row::new(WorkerKey::new(1, 0));
+/// row.flags = RowFlags::HAS_LOAD;
+/// row.active_requests = 12;
+/// assert!(row.exceeds(&rule));
+/// assert_eq!(rule.required_taints, TaintSet(0b10));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RowRule {
+    /// Taints a row must carry.
+    pub required_taints: TaintSet,
+    /// Most active KV blocks (`dcb`); `u64::MAX` for no limit.
+    pub max_active_blocks: u64,
+    /// Most outstanding prefill tokens (`apt`); `u64::MAX` for no limit.
+    pub max_prefill_tokens: u64,
+    /// Most active requests (`nreq`); `u64::MAX` for no limit.
+    pub max_requests: u64,
+}
+
+impl RowRule {
+    /// No required taint and no limit.
+    pub const NONE: RowRule = RowRule {
+        required_taints: TaintSet::EMPTY,
+        max_active_blocks: u64::MAX,
+        max_prefill_tokens: u64::MAX,
+        max_requests: u64::MAX,
+    };
+
+    /// A rule requiring `taints`, without limits.
+    #[must_use]
+    pub const fn requiring(taints: TaintSet) -> Self {
+        RowRule {
+            required_taints: taints,
+            ..RowRule::NONE
+        }
+    }
+
+    /// This rule with at most `max` active KV blocks.
+    #[must_use]
+    pub const fn with_max_active_blocks(self, max: u64) -> Self {
+        RowRule {
+            max_active_blocks: max,
+            ..self
+        }
+    }
+
+    /// This rule with at most `max` outstanding prefill tokens.
+    #[must_use]
+    pub const fn with_max_prefill_tokens(self, max: u64) -> Self {
+        RowRule {
+            max_prefill_tokens: max,
+            ..self
+        }
+    }
+
+    /// This rule with at most `max` active requests.
+    #[must_use]
+    pub const fn with_max_requests(self, max: u64) -> Self {
+        RowRule {
+            max_requests: max,
+            ..self
+        }
+    }
+
+    /// Both rules: a row passes when it passes each (the taints' union, each limit's least).
+    #[must_use]
+    pub const fn and(self, other: RowRule) -> Self {
+        const fn least(a: u64, b: u64) -> u64 {
+            if a < b { a } else { b }
+        }
+        RowRule {
+            required_taints: TaintSet(self.required_taints.0 | other.required_taints.0),
+            max_active_blocks: least(self.max_active_blocks, other.max_active_blocks),
+            max_prefill_tokens: least(self.max_prefill_tokens, other.max_prefill_tokens),
+            max_requests: least(self.max_requests, other.max_requests),
+        }
+    }
+
+    /// Whether any limit is set.
+    #[must_use]
+    pub const fn has_limits(&self) -> bool {
+        (self.max_active_blocks & self.max_prefill_tokens & self.max_requests) != u64::MAX
+    }
+}
+
 /// One candidate worker for one request, laid out for zero-copy use from C.
 ///
 /// Every field is an integer or a float, so any bit pattern is a value; [`Row::check`] says
@@ -402,6 +499,21 @@ impl Row {
     #[inline]
     pub const fn is_candidate(&self, required: TaintSet) -> bool {
         self.taints.contains_all(required) & !self.is_overloaded()
+    }
+
+    /// Whether the row has a load projection above one of `rule`'s limits, computed without
+    /// branches.
+    #[must_use]
+    #[inline]
+    #[allow(
+        clippy::needless_bitwise_bool,
+        reason = "branch-free: admission loops call it for every row"
+    )]
+    pub const fn exceeds(&self, rule: &RowRule) -> bool {
+        self.flags.contains(RowFlags::HAS_LOAD)
+            & ((self.active_decode_blocks > rule.max_active_blocks)
+                | (self.active_prefill_tokens > rule.max_prefill_tokens)
+                | (self.active_requests > rule.max_requests))
     }
 
     /// Whether [`Row::check`] would pass, computed without branches.
