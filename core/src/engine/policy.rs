@@ -850,11 +850,10 @@ impl<F: Filters, S: Scorers, P: Picker> Policy<F, S, P> {
         if m == 0 || m > n {
             return None;
         }
-        if filtered && rule.is_some() {
-            declared |= self.filter_inputs(leg);
-        } else if filtered {
-            let filter_inputs = self.filter_inputs(leg);
-            declared |= filter_inputs;
+        let filter_inputs = self.filter_inputs(leg);
+        declared |= filter_inputs;
+        // Without a rule the filters are asked row by row, after the pass.
+        if filtered && rule.is_none() {
             let mut admission = Admission::new(rows, &mut order[..entries], 0);
             self.filters
                 .check_rows(&RequestView::new(request, filter_inputs), &mut admission)?;
@@ -1060,7 +1059,7 @@ fn mark_with<const LIMITS: bool>(
     order: &mut [u32],
     mut each: impl FnMut(usize, &Row, bool),
 ) -> Marked {
-    let all = TaintSet(required.0 | rule.required_taints.0);
+    let all = required.union(rule.required_taints);
     let (mut left_out, mut eligible, mut invalid, mut speeds) = (0usize, 0usize, false, 0);
     for (i, (row, slot)) in rows.iter().zip(order.iter_mut()).enumerate() {
         invalid |= row.has_unknown_flags() | row.has_invalid_estimate();

@@ -284,7 +284,7 @@ impl RowRule {
             if a < b { a } else { b }
         }
         RowRule {
-            required_taints: TaintSet(self.required_taints.0 | other.required_taints.0),
+            required_taints: self.required_taints.union(other.required_taints),
             max_active_blocks: least(self.max_active_blocks, other.max_active_blocks),
             max_prefill_tokens: least(self.max_prefill_tokens, other.max_prefill_tokens),
             max_requests: least(self.max_requests, other.max_requests),

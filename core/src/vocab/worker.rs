@@ -113,4 +113,17 @@ impl TaintSet {
     pub const fn contains_all(self, other: TaintSet) -> bool {
         self.0 & other.0 == other.0
     }
+
+    /// The taints of this set and of `other`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use libroute_core::TaintSet;
+    /// assert_eq!(TaintSet(0b01).union(TaintSet(0b10)), TaintSet(0b11));
+    /// ```
+    #[must_use]
+    pub const fn union(self, other: TaintSet) -> Self {
+        Self(self.0 | other.0)
+    }
 }
