@@ -194,3 +194,43 @@ fn a_failing_filter_reports_the_row_by_row_error() {
         }
     );
 }
+
+#[test]
+fn a_row_over_a_limit_is_left_out_at_the_least_cost() {
+    // Worker 0 has the least cost for both scorers (the default cost reads no active-request
+    // count, least loaded here reads prefill tokens) but more active requests than the limit.
+    // Whether the scorer's pass applies the filters' rule (least loaded) or the filters are
+    // asked after it (the default cost), the row must be left out where a picker of the least
+    // cost passes over rows in place (a NaN beside its mark), not only moved out of the front.
+    // The property test's fleets rarely give an overloaded row the least cost.
+    let rows: Vec<Row> = (0..6u64)
+        .map(|w| {
+            Row::new(WorkerKey::new(w, 0)).with_load(Load {
+                available: true,
+                active_prefill_tokens: 10 * w,
+                active_decode_blocks: 10 + w,
+                active_requests: if w == 0 { 5 } else { 0 },
+            })
+        })
+        .collect();
+    let limits = [OverloadLimits {
+        max_requests: Some(2),
+        ..OverloadLimits::default()
+    }];
+    let filters: Vec<&dyn Filter> = limits.iter().map(|f| f as &dyn Filter).collect();
+    let least = LeastLoaded {
+        metric: LoadMetric::PrefillTokens,
+    };
+    let scorers: [&dyn Scorer; 2] = [&DefaultCost::default(), &least];
+    let request = Request::new(256, 16);
+    for scorer in scorers {
+        let default_picker = Policy::new(&filters[..], (scorer,), DefaultPicker::default());
+        let picked = default_picker
+            .unwrap()
+            .select(&mut Selector::<8>::new(), &request, &rows);
+        assert_eq!(picked.unwrap().worker.worker_id, 1);
+        let least_cost = Policy::new(&filters[..], (scorer,), MinCostPicker).unwrap();
+        let picked = least_cost.select(&mut Selector::<8>::new(), &request, &rows);
+        assert_eq!(picked.unwrap().worker.worker_id, 1);
+    }
+}
