@@ -14,7 +14,7 @@ use libroute_benches::{bench_fleet, busy_fleet, mixed_fleet};
 use libroute_core::catalog_config::PolicyConfig;
 use libroute_core::{Explanation, Request, Row, Selector};
 
-const TYPES: [(&str, &str); 13] = [
+const TYPES: [(&str, &str); 14] = [
     ("default", r#"{"type": "default"}"#),
     ("round_robin", r#"{"type": "round_robin"}"#),
     ("random", r#"{"type": "random"}"#),
@@ -35,6 +35,12 @@ const TYPES: [(&str, &str); 13] = [
     (
         "round_robin_filtered",
         r#"{"type": "round_robin", "filters": [{"type": "overload", "max_requests": 11},
+            {"type": "require_taints", "taints": []}]}"#,
+    ),
+    (
+        "default_filtered",
+        r#"{"type": "composed", "scorers": [{"type": "default"}],
+            "filters": [{"type": "overload", "max_requests": 11},
             {"type": "require_taints", "taints": []}]}"#,
     ),
     ("ttft", r#"{"type": "ttft"}"#),
@@ -82,11 +88,12 @@ fn catalog(c: &mut Criterion) {
     }
     // `ttft` again over a fleet without an idle prefill queue, whose workers have speeds: the
     // benchmark fleet has an idle one (worker 0) and none.
-    for (name, json) in &TYPES[10..] {
+    for (name, json) in TYPES.iter().filter(|(name, _)| name.starts_with("ttft")) {
         let group = format!("{name}-busy");
         select_group(c, &mut selector, &request, (&group, json), busy_fleet);
     }
-    let policy = serde_json::from_str::<PolicyConfig>(TYPES[9].1)
+    let (_, filters) = TYPES.iter().find(|(name, _)| *name == "filters").unwrap();
+    let policy = serde_json::from_str::<PolicyConfig>(filters)
         .unwrap()
         .build()
         .unwrap();
