@@ -1,9 +1,9 @@
 //! Filters asked a pass at a time (`Filter::check_rows`) against the same filters asked row by
 //! row: the same selections and the same errors, on generated fleets with invalid, overloaded
 //! and ineligible rows, requests with required taints, and filters that fail. The scorer after
-//! them scores in one pass and the filters then ask its candidates (the default cost: its costs
-//! are per row), or applies the filters' rules in that pass (least loaded, when every filter
-//! offers a `RowRule`), or scores the filters' candidates (the same scorers without their one
+//! them scores in one pass and the filters then ask its candidates (its costs are per row), or
+//! applies the filters' rules in that pass (least loaded and the default cost, when every
+//! filter offers a `RowRule`), or scores the filters' candidates (the same scorers without their one
 //! pass, and Dynamo's two-tier rule, which compares candidates); policies without scorers mark
 //! the rows by the rules too.
 
@@ -199,9 +199,9 @@ fn a_failing_filter_reports_the_row_by_row_error() {
 fn a_row_over_a_limit_is_left_out_at_the_least_cost() {
     // Worker 0 has the least cost for both scorers (the default cost reads no active-request
     // count, least loaded here reads prefill tokens) but more active requests than the limit.
-    // Whether the scorer's pass applies the filters' rule (least loaded) or the filters are
-    // asked after it (the default cost), the row must be left out where a picker of the least
-    // cost passes over rows in place (a NaN beside its mark), not only moved out of the front.
+    // Both scorers' passes apply the filters' rule; the row must be left out where a picker
+    // of the least cost passes over rows in place (a NaN beside its mark), not only moved out
+    // of the front.
     // The property test's fleets rarely give an overloaded row the least cost.
     let rows: Vec<Row> = (0..6u64)
         .map(|w| {
@@ -233,4 +233,80 @@ fn a_row_over_a_limit_is_left_out_at_the_least_cost() {
         let picked = least_cost.select(&mut Selector::<8>::new(), &request, &rows);
         assert_eq!(picked.unwrap().worker.worker_id, 1);
     }
+}
+
+#[test]
+fn odd_rows_of_a_tidy_fleet_are_left_out_once_by_their_own_flags() {
+    // A fleet of 32 rows with load and cache entries, at most at the limits (some exactly at
+    // each), but for two odd rows: row 5 has no cache entry and more active requests than the
+    // limit; row 9 has no load projection but stale counters above every limit. The default cost's pass reads a tidy fleet
+    // through the first rows' flags and then takes its odd rows again by their own: row 5 is
+    // left out once, not twice, and row 9, whose counters the first step read, is a candidate.
+    let mut rows: Vec<Row> = (0..32u64)
+        .map(|w| {
+            Row::new(WorkerKey::new(w, 0))
+                .with_cache(Cache {
+                    device_blocks: u32::try_from(w % 3).unwrap(),
+                    effective_blocks: (w % 3) as f64,
+                    ..Cache::default()
+                })
+                .with_load(Load {
+                    available: true,
+                    active_prefill_tokens: 16 * (w % 7),
+                    active_decode_blocks: 4 + w % 5,
+                    active_requests: w % 3,
+                })
+        })
+        .collect();
+    rows[5] = Row::new(WorkerKey::new(5, 0)).with_load(Load {
+        available: true,
+        active_prefill_tokens: 0,
+        active_decode_blocks: 1,
+        active_requests: 9,
+    });
+    rows[9] = Row::new(WorkerKey::new(9, 0));
+    rows[9].active_requests = 9;
+    rows[9].active_decode_blocks = 100;
+    rows[9].active_prefill_tokens = 1000;
+    let limits = [TestFilter::Builtin(BuiltinFilter::OverloadLimits(
+        OverloadLimits {
+            max_requests: Some(2),
+            max_active_blocks: Some(8),
+            max_prefill_tokens: Some(96),
+        },
+    ))];
+    let passes: Vec<&dyn Filter> = limits.iter().map(TestFilter::get).collect();
+    let by_row: Vec<RowByRow<&dyn Filter>> = passes.iter().copied().map(RowByRow).collect();
+    let scorer = (DefaultCost::default(),);
+    let request = Request::new(256, 16);
+    let default_picker = Policy::new(&passes[..], scorer, DefaultPicker::default()).unwrap();
+    let least_cost = Policy::new(&passes[..], scorer, MinCostPicker).unwrap();
+    let check = |rows: &[Row]| {
+        for seed in [1, 2, 3] {
+            let fast = Policy::new(&passes[..], scorer, RandomPicker).unwrap();
+            let slow = Policy::new(&by_row[..], scorer, RandomPicker).unwrap();
+            let x = fast
+                .with_seed(Some(seed))
+                .select(&mut Selector::<32>::new(), &request, rows);
+            let y = slow
+                .with_seed(Some(seed))
+                .select(&mut Selector::<32>::new(), &request, rows);
+            assert_eq!(x, y);
+            assert_eq!(x.unwrap().candidates, 31);
+        }
+        for picked in [
+            default_picker.select(&mut Selector::<32>::new(), &request, rows),
+            least_cost.select(&mut Selector::<32>::new(), &request, rows),
+        ] {
+            let picked = picked.unwrap();
+            assert_eq!((picked.candidates, picked.worker.worker_id), (31, 9));
+        }
+    };
+    check(&rows);
+    // The same rows with every other one's cache entry gone: no longer tidy, the pass reads
+    // each row through its own flags.
+    for row in rows.iter_mut().step_by(2) {
+        row.flags = RowFlags(row.flags.0 & !RowFlags::HAS_CACHE.0);
+    }
+    check(&rows);
 }
