@@ -310,3 +310,60 @@ fn odd_rows_of_a_tidy_fleet_are_left_out_once_by_their_own_flags() {
     }
     check(&rows);
 }
+
+#[test]
+fn counters_and_limits_at_2_52_and_beyond_are_compared_exactly() {
+    // Passes compare the limits as `f64`, exact below 2^52: a limit at 2^52 or more, and a
+    // row's counter there, must still give the `u64` comparison's answer. Row 0 is one request
+    // over the limit of 2^52, row 1 exactly at it, row 2 at `u64::MAX`; the others are light.
+    const LIMIT: u64 = 1 << 52;
+    let rows: Vec<Row> = (0..8u64)
+        .map(|w| {
+            let requests = match w {
+                0 => LIMIT + 1,
+                1 => LIMIT,
+                2 => u64::MAX,
+                _ => w,
+            };
+            Row::new(WorkerKey::new(w, 0)).with_load(Load {
+                available: true,
+                active_prefill_tokens: 8 - w,
+                active_decode_blocks: 1,
+                active_requests: requests,
+            })
+        })
+        .collect();
+    let least = LeastLoaded {
+        metric: LoadMetric::PrefillTokens,
+    };
+    let default = DefaultCost::default();
+    let request = Request::new(256, 16);
+    for (limit, candidates) in [(LIMIT, 6), (LIMIT - 1, 5), (u64::MAX - 1, 7)] {
+        let limits = [TestFilter::Builtin(BuiltinFilter::OverloadLimits(
+            OverloadLimits {
+                max_requests: Some(limit),
+                ..OverloadLimits::default()
+            },
+        ))];
+        let passes: Vec<&dyn Filter> = limits.iter().map(TestFilter::get).collect();
+        let by_row: Vec<RowByRow<&dyn Filter>> = passes.iter().copied().map(RowByRow).collect();
+        for scorer in [&least as &dyn Scorer, &default] {
+            for seed in [1, 2] {
+                let fast = Policy::new(&passes[..], (scorer,), RandomPicker).unwrap();
+                let slow = Policy::new(&by_row[..], (scorer,), RandomPicker).unwrap();
+                let mut selector = Selector::<8>::new();
+                let x = fast
+                    .with_seed(Some(seed))
+                    .select(&mut selector, &request, &rows);
+                let y =
+                    slow.with_seed(Some(seed))
+                        .select(&mut Selector::<8>::new(), &request, &rows);
+                assert_eq!(x, y);
+                assert_eq!(x.unwrap().candidates, candidates);
+            }
+        }
+        let unscored = Policy::new(&passes[..], (), RandomPicker).unwrap();
+        let picked = unscored.select(&mut Selector::<8>::new(), &request, &rows);
+        assert_eq!(picked.unwrap().candidates, candidates);
+    }
+}

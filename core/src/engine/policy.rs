@@ -10,9 +10,10 @@ use super::component::{
 use super::outcome::{Disposition, Explanation, SelectError, Selection};
 use super::rng::{RandomSource, WyRand};
 use super::selector::{Last, Scratch, Selector};
+use crate::vocab::math::EXACT_LIMIT;
 use crate::vocab::{
-    Candidates, Leg, Request, RequestView, Row, RowField, RowFlags, RowRule, RowView, TaintSet,
-    WorkerInputs, any_invalid_speed,
+    Candidates, Leg, Request, RequestView, Row, RowField, RowFlags, RowLimits, RowRule, RowView,
+    TaintSet, WorkerInputs, any_invalid_speed,
 };
 
 /// The most scorers one policy may sum (each needs a cost column in the [`Selector`]).
@@ -1013,7 +1014,8 @@ pub(crate) struct Marked {
     /// Rows that carry the request's required taints, overloaded or not (the rule's taints and
     /// limits not asked).
     pub(crate) eligible: usize,
-    /// Some row is invalid ([`Row::check`] says which).
+    /// Some row is invalid ([`Row::check`] says which), or, with limits, a row's load counter
+    /// is too large to compare as `f64` ([`RowLimits`]).
     pub(crate) invalid: bool,
 }
 
@@ -1050,7 +1052,9 @@ fn mark_rows(rows: &[Row], required: TaintSet, rule: &RowRule, order: &mut [u32]
 }
 
 /// [`mark_unfiltered`], the rule's limits compared only when `LIMITS`: one loop per case, so a
-/// rule without limits costs the loop nothing.
+/// rule without limits costs the loop nothing. The limits are compared as `f64`
+/// ([`RowLimits`]), exact for counters below 2^52; a row with a load projection and a counter
+/// at or above it makes the marking invalid, and the caller then decides row by row.
 #[inline]
 fn mark_with<const LIMITS: bool>(
     rows: &[Row],
@@ -1060,11 +1064,15 @@ fn mark_with<const LIMITS: bool>(
     mut each: impl FnMut(usize, &Row, bool),
 ) -> Marked {
     let all = required.union(rule.required_taints);
+    let limits = RowLimits::of(rule);
     let (mut left_out, mut eligible, mut invalid, mut speeds) = (0usize, 0usize, false, 0);
+    let mut high = 0u64;
     for (i, (row, slot)) in rows.iter().zip(order.iter_mut()).enumerate() {
         invalid |= row.has_unknown_flags() | row.has_invalid_estimate();
         speeds |= row.flags.0 & RowFlags::HAS_SPEED.0;
-        let excluded = !row.is_candidate(all) | (LIMITS && row.exceeds(rule));
+        let load_mask = 0u64.wrapping_sub(u64::from(row.flags.contains(RowFlags::HAS_LOAD)));
+        let excluded =
+            !row.is_candidate(all) | limits.exceeded::<LIMITS>(row, load_mask, &mut high);
         #[allow(
             clippy::cast_possible_truncation,
             reason = "rows.len() <= capacity <= 2^31"
@@ -1076,7 +1084,7 @@ fn mark_with<const LIMITS: bool>(
         eligible += usize::from(row.taints.contains_all(required));
         each(i, row, !excluded);
     }
-    invalid |= speeds != 0 && any_invalid_speed(rows);
+    invalid |= high >= EXACT_LIMIT || (speeds != 0 && any_invalid_speed(rows));
     Marked {
         left_out,
         eligible,

@@ -16,8 +16,9 @@ use crate::engine::{
 };
 use crate::engine::{LEFT_OUT, MAX_SCORERS, compact_left_out, mark_unfiltered};
 use crate::engine::{nan_left_out, refusal_among};
-use crate::policies::default::{EXACT_LIMIT, exact_f64, for_each_odd_row, tidy_reference};
+use crate::policies::default::{for_each_odd_row, tidy_reference};
 use crate::policies::{DefaultCost, DefaultPicker};
+use crate::vocab::math::{EXACT_LIMIT, exact_f64};
 use crate::vocab::{Candidates, RequestView, RowView, WorkerInputs, any_invalid_speed};
 use crate::vocab::{Leg, Load, Row, RowFlags, RowRule, Speed, TaintSet, WorkerKey};
 

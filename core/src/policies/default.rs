@@ -4,9 +4,11 @@
 use crate::engine::rng::{self, RandomSource};
 use crate::engine::{ComponentError, OnePass, Pick, PickInput, PickReason, Picker, Scorer};
 use crate::engine::{LEFT_OUT, Policy, compact_left_out};
+use crate::vocab::SharedHits;
 use crate::vocab::TaintSet;
+use crate::vocab::math::{EXACT_LIMIT, exact_f64};
 use crate::vocab::{Candidates, RequestView, WorkerInputs, any_invalid_speed, taint_multiplier};
-use crate::vocab::{Label, Leg, PreferredTaint, Role, Row, RowFlags, RowRule, SharedHits};
+use crate::vocab::{Label, Leg, PreferredTaint, Role, Row, RowFlags, RowLimits, RowRule};
 
 /// The default policy's type: no filters, the default cost, the default picker.
 pub type DefaultPolicy = Policy<(), (DefaultCost,), DefaultPicker>;
@@ -159,67 +161,6 @@ struct RowContext<'a> {
     cache_flag: u32,
     cache_declared: bool,
     preferred: &'a [PreferredTaint],
-}
-
-/// A [`RowRule`]'s three limits as `f64`, for the one pass to compare the counters it already
-/// converts ([`exact_f64`]): a limit below 2^52 converts exactly, one at or above it becomes
-/// `+inf`. For a counter below 2^52 (the pass checks that every counter it read is, and
-/// declines otherwise), `counter > limit` in `f64` is then the `u64` comparison's answer, one
-/// `cmppd` per two rows where the baseline x86-64 target has no 64-bit integer compare.
-#[derive(Clone, Copy)]
-struct Limits {
-    active_blocks: f64,
-    prefill_tokens: f64,
-    requests: f64,
-}
-
-impl Limits {
-    /// No limit.
-    const NONE: Limits = Limits {
-        active_blocks: f64::INFINITY,
-        prefill_tokens: f64::INFINITY,
-        requests: f64::INFINITY,
-    };
-
-    fn of(rule: &RowRule) -> Self {
-        let limit = |max: u64| {
-            if max < EXACT_LIMIT {
-                exact_f64(max)
-            } else {
-                f64::INFINITY
-            }
-        };
-        Self {
-            active_blocks: limit(rule.max_active_blocks),
-            prefill_tokens: limit(rule.max_prefill_tokens),
-            requests: limit(rule.max_requests),
-        }
-    }
-
-    /// Whether `row`, read through `load_mask` (its own, or the fleet's in [`Mode::UNIFORM`]'s
-    /// first step; zeros without a load projection), exceeds a limit ([`Row::exceeds`]) when
-    /// `LIMITS`; `false` otherwise. The counters compared go into `high`, for the caller's
-    /// check that they are below 2^52.
-    #[allow(clippy::inline_always, reason = "inside each mode's loop")]
-    #[allow(
-        clippy::needless_bitwise_bool,
-        reason = "branch-free: the loop runs it for every row"
-    )]
-    #[inline(always)]
-    fn exceeded<const LIMITS: bool>(&self, row: &Row, load_mask: u64, high: &mut u64) -> bool {
-        if !LIMITS {
-            return false;
-        }
-        let (apt, dcb, nreq) = (
-            row.active_prefill_tokens & load_mask,
-            row.active_decode_blocks & load_mask,
-            row.active_requests & load_mask,
-        );
-        *high |= apt | dcb | nreq;
-        (exact_f64(dcb) > self.active_blocks)
-            | (exact_f64(apt) > self.prefill_tokens)
-            | (exact_f64(nreq) > self.requests)
-    }
 }
 
 impl RowContext<'_> {
@@ -608,7 +549,7 @@ fn cost_in_general(ctx: &RowContext<'_>, rows: &[Row], order: &[u32], costs: &mu
 }
 
 /// The one-pass loop: validity (the checks of [`Row::is_valid`]), admission
-/// ([`Row::is_candidate`], and with `LIMITS` the filters' limits, [`Limits::exceeded`]) and the
+/// ([`Row::is_candidate`], and with `LIMITS` the filters' limits, [`RowLimits::exceeded`]) and the
 /// cost of every row, then the candidates compacted into
 /// `order[..m]` and `costs[..m]`. The loop has no data-dependent branch or index, so the compiler
 /// vectorizes it: it writes every row's cost (NaN when the row is left out) and its index, with
@@ -622,7 +563,7 @@ fn cost_in_general(ctx: &RowContext<'_>, rows: &[Row], order: &[u32], costs: &mu
 #[allow(clippy::inline_always, reason = "one loop per mode")]
 #[inline(always)]
 fn admit_and_cost<const M: u16, const LIMITS: bool>(
-    (ctx, limits): (&RowContext<'_>, &Limits),
+    (ctx, limits): (&RowContext<'_>, &RowLimits),
     required: TaintSet,
     reference: &Row,
     rows: &[Row],
@@ -674,7 +615,7 @@ fn admit_and_cost<const M: u16, const LIMITS: bool>(
 #[allow(clippy::inline_always, reason = "one loop per mode")]
 #[inline(always)]
 fn admit_and_cost_with<const M: u16, const LIMITS: bool>(
-    (ctx, limits): (&RowContext<'_>, &Limits),
+    (ctx, limits): (&RowContext<'_>, &RowLimits),
     required: TaintSet,
     reference: &Row,
     rows: &[Row],
@@ -975,7 +916,7 @@ impl DefaultCost {
         }
         let (ctx, mode) = self.pass_mode(request, rows, order, costs)?;
         let pass = (mode, request.required_taints());
-        passes::<false>(&ctx, &Limits::NONE, pass, rows, order, costs, in_place)
+        passes::<false>(&ctx, &RowLimits::NONE, pass, rows, order, costs, in_place)
     }
 
     /// [`DefaultCost::one_pass`] with the filters' rule ([`Scorer::applies_row_rules`]): its
@@ -999,7 +940,15 @@ impl DefaultCost {
             return None;
         }
         let pass = (mode, request.required_taints().union(rule.required_taints));
-        passes::<true>(&ctx, &Limits::of(rule), pass, rows, order, costs, in_place)
+        passes::<true>(
+            &ctx,
+            &RowLimits::of(rule),
+            pass,
+            rows,
+            order,
+            costs,
+            in_place,
+        )
     }
 
     /// The formula's values and the pass's [`Mode`] for `request`, or `None` where the one pass
@@ -1105,7 +1054,7 @@ impl DefaultCost {
 #[inline(always)]
 fn passes<const LIMITS: bool>(
     ctx: &RowContext<'_>,
-    limits: &Limits,
+    limits: &RowLimits,
     (mode, required): (u16, TaintSet),
     rows: &[Row],
     order: &mut [u32],
@@ -1139,18 +1088,6 @@ fn passes<const LIMITS: bool>(
 /// The largest `prefill_load_scale` and `decode_active_request_weight` the one-pass steps take
 /// (see [`DefaultCost::costs_are_bounded`]).
 const WEIGHT_LIMIT: f64 = 1e270;
-
-/// Integers below this convert to `f64` exactly through [`exact_f64`].
-pub(crate) const EXACT_LIMIT: u64 = 1 << 52;
-
-/// `x as f64` for `x < 2^52`: `x` placed in the mantissa of `2^52`, minus `2^52`. Exact, and
-/// cheaper than the general conversion (an OR and a subtraction, no range branch).
-#[allow(clippy::inline_always, reason = "one OR and one subtraction")]
-#[inline(always)]
-pub(crate) fn exact_f64(x: u64) -> f64 {
-    const TWO_52: f64 = 4_503_599_627_370_496.0;
-    f64::from_bits(x | TWO_52.to_bits()) - TWO_52
-}
 
 /// Dynamo's default picker: the minimum cost with uniform ties at temperature 0, softmax
 /// sampling above it (spec section 4).

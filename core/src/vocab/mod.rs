@@ -13,6 +13,6 @@ pub use inputs::{Candidates, RequestView, RowView, WorkerInputs};
 pub use request::{
     BlockRange, Label, Leg, PreferredTaint, Request, RequestError, Role, SharedHits,
 };
-pub(crate) use row::any_invalid_speed;
 pub use row::{Cache, Load, Row, RowField, RowFlags, RowRule, Speed};
+pub(crate) use row::{RowLimits, any_invalid_speed};
 pub use worker::{Taint, TaintSet, WorkerKey};

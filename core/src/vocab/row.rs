@@ -8,6 +8,7 @@
 
 use core::fmt;
 
+use super::math::{EXACT_LIMIT, exact_f64};
 use super::worker::{TaintSet, WorkerKey};
 
 /// Bits of [`Row::flags`].
@@ -644,6 +645,72 @@ impl fmt::Display for RowField {
             RowField::EffectiveBlocks => "effective_blocks is NaN, infinite or negative",
             RowField::Speed => "a speed field is NaN, infinite or negative",
         })
+    }
+}
+
+/// A [`RowRule`]'s three limits as `f64`, for admission loops to compare load counters
+/// converted through [`exact_f64`]: a limit below 2^52 converts exactly, one at or above it
+/// becomes `+inf`. For a counter below 2^52 (the loop collects the counters into `high` and
+/// declines when one is not), `counter > limit` in `f64` is then the `u64` comparison's answer,
+/// one `cmppd` per two rows where the baseline x86-64 target has no 64-bit integer compare.
+#[derive(Clone, Copy)]
+pub(crate) struct RowLimits {
+    active_blocks: f64,
+    prefill_tokens: f64,
+    requests: f64,
+}
+
+impl RowLimits {
+    /// No limit.
+    pub(crate) const NONE: RowLimits = RowLimits {
+        active_blocks: f64::INFINITY,
+        prefill_tokens: f64::INFINITY,
+        requests: f64::INFINITY,
+    };
+
+    pub(crate) fn of(rule: &RowRule) -> Self {
+        let limit = |max: u64| {
+            if max < EXACT_LIMIT {
+                exact_f64(max)
+            } else {
+                f64::INFINITY
+            }
+        };
+        Self {
+            active_blocks: limit(rule.max_active_blocks),
+            prefill_tokens: limit(rule.max_prefill_tokens),
+            requests: limit(rule.max_requests),
+        }
+    }
+
+    /// Whether `row`, read through `load_mask` (all ones when it carries a load projection,
+    /// else 0; a tidy fleet's loop may pass the fleet's), exceeds a limit ([`Row::exceeds`])
+    /// when `LIMITS`; `false` otherwise. The counters compared go into `high`, for the caller's
+    /// check that they are below 2^52.
+    #[allow(clippy::inline_always, reason = "inside each mode's loop")]
+    #[allow(
+        clippy::needless_bitwise_bool,
+        reason = "branch-free: the loop runs it for every row"
+    )]
+    #[inline(always)]
+    pub(crate) fn exceeded<const LIMITS: bool>(
+        &self,
+        row: &Row,
+        load_mask: u64,
+        high: &mut u64,
+    ) -> bool {
+        if !LIMITS {
+            return false;
+        }
+        let (apt, dcb, nreq) = (
+            row.active_prefill_tokens & load_mask,
+            row.active_decode_blocks & load_mask,
+            row.active_requests & load_mask,
+        );
+        *high |= apt | dcb | nreq;
+        (exact_f64(dcb) > self.active_blocks)
+            | (exact_f64(apt) > self.prefill_tokens)
+            | (exact_f64(nreq) > self.requests)
     }
 }
 
