@@ -104,6 +104,46 @@ fn long_blocks_stream_to_the_same_hash() {
 }
 
 #[test]
+fn every_block_size_up_to_two_chunks_hashes_as_defined() {
+    // The hasher's buffer follows the block: 64 bytes up to 16 tokens, 256 up to 64, a chunk up
+    // to 256, a stream beyond; every size on both sides of each edge, each hashed by the local
+    // and the sequence hashes, with a partial block after the whole ones.
+    let tokens: Vec<u32> = (0..2000u32)
+        .map(|i| i.wrapping_mul(2_246_822_519) ^ (i >> 3))
+        .collect();
+    for block_size in 1..=520u32 {
+        let size = block_size as usize;
+        let prompt = &tokens[..(3 * size + size / 2).min(tokens.len())];
+        let hasher = BlockHasher::new(block_size, Some(b"adapter-3")).unwrap();
+        let want = by_definition(prompt, size, Some("adapter-3"));
+        let mut sequence = vec![0; want.len()];
+        assert_eq!(
+            hasher.sequence_hashes(prompt, None, &mut sequence),
+            Ok(want.len()),
+            "block size {block_size}"
+        );
+        assert_eq!(sequence, want, "block size {block_size}");
+        let seed = BlockHasher::local_seed(Some(b"adapter-3"));
+        let local_of = |block: &[u32]| {
+            let bytes: Vec<u8> = block.iter().flat_map(|t| t.to_le_bytes()).collect();
+            xxh3_64_with_seed(&bytes, seed)
+        };
+        let mut local = vec![0; want.len()];
+        assert_eq!(hasher.local_hashes(prompt, &mut local), Ok(want.len()));
+        for (k, block) in prompt.chunks_exact(size).enumerate() {
+            assert_eq!(local[k], local_of(block), "block size {block_size}: local");
+        }
+        // A partial block hashes as its own tokens (the local hash of any length).
+        let tail = &prompt[size * want.len()..];
+        assert_eq!(
+            hasher.local_hash(tail),
+            local_of(tail),
+            "block size {block_size}: the partial block"
+        );
+    }
+}
+
+#[test]
 fn a_prompt_hashes_the_same_in_pieces() {
     let tokens: Vec<u32> = (0..200u32).collect();
     let hasher = BlockHasher::new(16, Some(b"x")).unwrap();

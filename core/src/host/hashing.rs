@@ -125,7 +125,21 @@ impl BlockHasher {
     /// The local hash of one block's tokens (any length; normally `block_size` of them).
     #[must_use]
     pub fn local_hash(&self, tokens: &[u32]) -> u64 {
-        self.local_hash_of(tokens.len(), tokens.iter().copied())
+        // The buffers are filled from the slice in order, a whole run of tokens per buffer: a
+        // copy the compiler widens, with no per-token check of an iterator's end.
+        let mut rest = tokens;
+        let fill = |bytes: &mut [u8]| {
+            let (now, later) = rest.split_at((bytes.len() / 4).min(rest.len()));
+            for (out, token) in bytes.chunks_exact_mut(4).zip(now) {
+                out.copy_from_slice(&token.to_le_bytes());
+            }
+            rest = later;
+            Ok::<(), Infallible>(())
+        };
+        match self.local_hash_with(tokens.len(), fill) {
+            Ok(hash) => hash,
+            Err(never) => match never {},
+        }
     }
 
     /// The local hash of `len` tokens read from `tokens` (which must yield at least `len`;
@@ -148,17 +162,31 @@ impl BlockHasher {
     pub(crate) fn local_hash_with<E>(
         &self,
         len: usize,
-        mut fill: impl FnMut(&mut [u8]) -> Result<(), E>,
+        fill: impl FnMut(&mut [u8]) -> Result<(), E>,
     ) -> Result<u64, E> {
         // The buffer is zeroed on every call, so its size follows the block's: 16 and 64 tokens
         // are the usual block sizes.
         if len <= 16 {
             return self.one_shot::<64, E>(len, fill);
         }
+        if len <= 64 {
+            return self.one_shot::<256, E>(len, fill);
+        }
         if len * 4 <= CHUNK_BYTES {
             return self.one_shot::<CHUNK_BYTES, E>(len, fill);
         }
-        // Longer than a chunk: stream it (the streaming digest equals the one-shot hash).
+        self.streamed(len, fill)
+    }
+
+    /// [`BlockHasher::local_hash_with`] for a block longer than a chunk, hashed as a stream (the
+    /// streaming digest equals the one-shot hash). Out of line: its state is large, and the
+    /// usual block sizes never come here.
+    #[inline(never)]
+    fn streamed<E>(
+        &self,
+        len: usize,
+        mut fill: impl FnMut(&mut [u8]) -> Result<(), E>,
+    ) -> Result<u64, E> {
         let mut buf = [0u8; CHUNK_BYTES];
         let mut state = Xxh3::with_seed(self.seed);
         let mut left = len;
