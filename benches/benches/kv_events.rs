@@ -25,6 +25,12 @@ fn hashing(c: &mut Criterion) {
             b.iter(|| hasher.sequence_hashes(black_box(&tokens), None, &mut out));
         });
     }
+    // The other usual block size: 64 tokens, as some engines and routers are configured.
+    group.throughput(Throughput::Elements(32));
+    let hasher = BlockHasher::new(64, None).unwrap();
+    group.bench_function("2048-tokens/32-blocks-of-64/base", |b| {
+        b.iter(|| hasher.sequence_hashes(black_box(&tokens), None, &mut out));
+    });
     group.finish();
 }
 
