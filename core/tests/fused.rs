@@ -692,6 +692,59 @@ proptest! {
     }
 }
 
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 1500, ..ProptestConfig::default() })]
+
+    /// Least loaded's loop over a tidy fleet (the few odd rows taken again through their own
+    /// masks and admission, declining when there are many or a counter reaches 2^52), with and
+    /// without the overload filter's limits in its pass, selects as the general pipeline does.
+    #[test]
+    fn least_loaded_over_a_fleet_with_a_few_odd_rows_selects_exactly_as_the_general_pipeline(
+        mut rows in few_odd_fleet(),
+        metric in prop::sample::select(vec![
+            LoadMetric::ActiveRequests, LoadMetric::ActiveBlocks, LoadMetric::PrefillTokens,
+        ]),
+        limits in proptest::option::of((
+            prop::sample::select(vec![None, Some(0u64), Some(20), Some(39)]),
+            prop::sample::select(vec![None, Some(250u64), Some(1 << 52)]),
+            prop::sample::select(vec![None, Some(2500u64), Some((1 << 52) - 1)]),
+        )),
+        huge in proptest::option::of((0usize..400, 0u64..3, 0u32..3)),
+        required in prop::sample::select(vec![0u64, 0, 0, 1]),
+        picker in prop::sample::select(vec![0u32, 1, 2, 3]),
+        seed in proptest::option::of(any::<u64>()), entropy in any::<u64>(),
+    ) {
+        // A counter at or just below 2^52, where the pass's exact conversion ends.
+        if let Some((at, k, which)) = huge {
+            let n = rows.len();
+            let row = &mut rows[at % n];
+            let value = (1 << 52) - 1 + k;
+            match which {
+                0 => row.active_requests = value,
+                1 => row.active_decode_blocks = value,
+                _ => row.active_prefill_tokens = value,
+            }
+        }
+        let mut filters = catalog::List::<BuiltinFilter, 1>::new();
+        if let Some((max_requests, max_active_blocks, max_prefill_tokens)) = limits {
+            let limits = OverloadLimits { max_requests, max_active_blocks, max_prefill_tokens };
+            filters.push(BuiltinFilter::OverloadLimits(limits)).unwrap();
+        }
+        let scorer = LeastLoaded { metric };
+        let request = Request::new(2048, 16).required_taints(TaintSet(required));
+        let fused = Policy::new(filters.clone(), (scorer,), picker_of(picker)).unwrap();
+        let general = Policy::new(filters, (General(scorer),), picker_of(picker)).unwrap();
+        let (fused, general) = (fused.with_seed(seed), general.with_seed(seed));
+        let mut a = Box::new(Selector::<512>::with_entropy(entropy));
+        let mut b = Box::new(Selector::<512>::with_entropy(entropy));
+        for _ in 0..2 {
+            let x = outcome(fused.select(&mut a, &request, &rows), &a);
+            let y = outcome(general.select(&mut b, &request, &rows), &b);
+            prop_assert_eq!(x, y);
+        }
+    }
+}
+
 /// Loads beyond 2^53, where floats round: 2^53 + 1 rounds down to 2^53 and 2^53 + 35 up to
 /// 2^53 + 36, so a range read from floats would be 36 where it is 34, and the two-mode rules
 /// (spread 34) would route by load where they route toward the overlap. The tidy fleet's loop
