@@ -796,8 +796,12 @@ pub(crate) fn tidy_reference(rows: &[Row]) -> Option<&Row> {
     let sample = || rows.iter().step_by(stride).chain(rows.last());
     let mut candidates = rows.iter().step_by(stride).take(2);
     candidates.find(|reference| {
+        // At most one other: the search stops at a second, so a mixed fleet declines early.
         !reference.is_overloaded()
-            && sample().filter(|row| row.flags != reference.flags).count() <= 1
+            && sample()
+                .filter(|row| row.flags != reference.flags)
+                .nth(1)
+                .is_none()
     })
 }
 
