@@ -16,11 +16,12 @@ use crate::engine::{
 };
 use crate::engine::{LEFT_OUT, MAX_SCORERS, compact_left_out, mark_unfiltered};
 use crate::engine::{nan_left_out, refusal_among};
-use crate::policies::default::{for_each_odd_row, tidy_reference};
+
 use crate::policies::{DefaultCost, DefaultPicker};
 use crate::vocab::math::{EXACT_LIMIT, exact_f64};
 use crate::vocab::{Candidates, RequestView, RowLimits, RowView, WorkerInputs, any_invalid_speed};
 use crate::vocab::{Leg, Load, Row, RowFlags, RowRule, Speed, TaintSet, WorkerKey};
+use crate::vocab::{for_each_odd_row, tidy_reference};
 
 /// Which load figure a load-based component reads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -186,7 +187,7 @@ fn least_load_pass(
     })
 }
 
-/// [`least_load_pass`] over a tidy fleet (the default cost's [`tidy_reference`]) for a request
+/// [`least_load_pass`] over a tidy fleet ([`tidy_reference`]) for a request
 /// and a rule that require no taint. The rows with `reference`'s flags (not overloaded) are
 /// candidates unless over the rule's limits: they are read through the fleet's load mask in a
 /// loop without per-row flag checks, the limits compared as `f64` when `LIMITS` ([`RowLimits`])
@@ -430,7 +431,7 @@ fn two_mode_rows(
     Some((pass, lo, hi, best))
 }
 
-/// [`two_mode_one_pass`] over a tidy fleet (the default cost's [`tidy_reference`]) for a request
+/// [`two_mode_one_pass`] over a tidy fleet ([`tidy_reference`]) for a request
 /// that requires no taint: the rows with `reference`'s flags (not overloaded) are candidates,
 /// read through the fleet's masks in a loop without per-row branches, whose minima and maxima
 /// are floats (packed instructions; SSE2 has no 64-bit integer ones, and a float holds every

@@ -9,6 +9,7 @@ use crate::vocab::TaintSet;
 use crate::vocab::math::{EXACT_LIMIT, exact_f64};
 use crate::vocab::{Candidates, RequestView, WorkerInputs, any_invalid_speed, taint_multiplier};
 use crate::vocab::{Label, Leg, PreferredTaint, Role, Row, RowFlags, RowLimits, RowRule};
+use crate::vocab::{for_each_odd_row, tidy_reference};
 
 /// The default policy's type: no filters, the default cost, the default picker.
 pub type DefaultPolicy = Policy<(), (DefaultCost,), DefaultPicker>;
@@ -744,70 +745,6 @@ const TIER_BATCH: usize = 16;
 fn holds_tiers(row: &Row, cache_flag: u32) -> bool {
     row.flags.0 & cache_flag == cache_flag && (row.host_blocks | row.disk_blocks) != 0
 }
-
-/// [`Mode::UNIFORM`]'s loop (and the catalog's loops over tidy fleets) takes a fleet with at
-/// most one row in this many odd.
-const ODD_SHARE: usize = 16;
-
-/// Rows per block of [`for_each_odd_row`]'s search.
-const ODD_BLOCK: usize = 16;
-
-/// Calls `each(i, row)` for every row of `rows` whose flags are not `fleet` (the odd rows of a
-/// tidy fleet, after a loop that read every row through the fleet's masks), found a block of
-/// [`ODD_BLOCK`] rows' flags at a time, so a tidy fleet costs a read of its flags. `None`, with
-/// some odd rows visited, as soon as more than one row in [`ODD_SHARE`] is odd: the caller
-/// declines to its per-row loop.
-#[inline]
-pub(crate) fn for_each_odd_row(
-    rows: &[Row],
-    fleet: RowFlags,
-    mut each: impl FnMut(usize, &Row),
-) -> Option<()> {
-    let (mut odd_rows, most) = (0, rows.len() / ODD_SHARE);
-    for (b, block) in rows.chunks(ODD_BLOCK).enumerate() {
-        if block
-            .iter()
-            .fold(0, |odd, row| odd | (row.flags.0 ^ fleet.0))
-            == 0
-        {
-            continue;
-        }
-        for (j, row) in block.iter().enumerate() {
-            if row.flags == fleet {
-                continue;
-            }
-            odd_rows += 1;
-            if odd_rows > most {
-                return None;
-            }
-            each(b * ODD_BLOCK + j, row);
-        }
-    }
-    Some(())
-}
-
-/// The row whose flags [`Mode::UNIFORM`]'s loop (and the catalog's loops over tidy fleets) takes
-/// as the fleet's: among [`TIDY_SAMPLE`] rows spread over `rows` (the first and last among
-/// them), the first or second sampled row when all the others but at most one have its flags
-/// and it is not overloaded. `None` for a fleet that shows many odd rows there.
-pub(crate) fn tidy_reference(rows: &[Row]) -> Option<&Row> {
-    // Odd, so rows of a period of 2 or 10 (every other worker, one in ten) are not all missed.
-    let stride = (rows.len() / TIDY_SAMPLE).max(1) | 1;
-    let sample = || rows.iter().step_by(stride).chain(rows.last());
-    let mut candidates = rows.iter().step_by(stride).take(2);
-    candidates.find(|reference| {
-        // At most one other: the search stops at a second, so a mixed fleet declines early.
-        !reference.is_overloaded()
-            && sample()
-                .filter(|row| row.flags != reference.flags)
-                .nth(1)
-                .is_none()
-    })
-}
-
-/// Rows [`tidy_reference`] looks at: a fleet with one row in [`ODD_SHARE`] odd has some of
-/// them among 16 with probability `1 - (15/16)^16`, about 64%, and the more it has the likelier.
-const TIDY_SAMPLE: usize = 16;
 
 /// `x as f64`, through the one-instruction signed conversion when the value allows it (the
 /// result is identical: both round to nearest).

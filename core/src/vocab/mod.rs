@@ -14,5 +14,5 @@ pub use request::{
     BlockRange, Label, Leg, PreferredTaint, Request, RequestError, Role, SharedHits,
 };
 pub use row::{Cache, Load, Row, RowField, RowFlags, RowRule, Speed};
-pub(crate) use row::{RowLimits, any_invalid_speed};
+pub(crate) use row::{RowLimits, any_invalid_speed, for_each_odd_row, tidy_reference};
 pub use worker::{Taint, TaintSet, WorkerKey};
