@@ -162,6 +162,144 @@ proptest! {
     }
 }
 
+/// Fleets of 16 to 300 rows with one flag combination (cache entry and load projection, each
+/// or not) and taint 1, but for a few odd rows (0 to 3, or up to 30: then more than one in 16,
+/// and the tidy loops decline): overloaded, without a load projection but with stale counters
+/// (some at 2^52), without a cache entry, with an unknown flag, an invalid estimate, without
+/// taint 1, or with a speed (valid or not); or not odd but with a counter beyond 2^52.
+fn tidy_fleet() -> impl Strategy<Value = Vec<Row>> {
+    let odd = (0usize..300, 0u8..9);
+    (
+        16usize..300,
+        prop_oneof![
+            proptest::collection::vec(odd.clone(), 0..4),
+            proptest::collection::vec(odd, 0..30)
+        ],
+        (any::<bool>(), any::<bool>()),
+        proptest::collection::vec((0u64..5000, 0u64..500, 0u64..40), 300),
+    )
+        .prop_map(|(n, odd, (cached, loaded), loads)| {
+            let mut rows: Vec<Row> = loads[..n]
+                .iter()
+                .enumerate()
+                .map(|(i, &(apt, dcb, nreq))| {
+                    let mut row = Row::new(WorkerKey::new(i as u64, 0))
+                        .with_taints(TaintSet(1 | (i as u64 % 4) << 1));
+                    if cached {
+                        row = row.with_cache(Cache {
+                            device_blocks: u32::try_from(i % 7).unwrap(),
+                            effective_blocks: f64::from(u32::try_from(i % 7).unwrap()),
+                            ..Cache::default()
+                        });
+                    }
+                    if loaded {
+                        row = row.with_load(Load {
+                            available: true,
+                            active_prefill_tokens: apt,
+                            active_decode_blocks: dcb,
+                            active_requests: nreq,
+                        });
+                    }
+                    row
+                })
+                .collect();
+            for (at, kind) in odd {
+                let Some(row) = rows.get_mut(at) else {
+                    continue;
+                };
+                *row = match kind {
+                    0 => row.overloaded(true),
+                    1 => {
+                        let mut stale = Row::new(row.worker).with_taints(row.taints);
+                        stale.flags = RowFlags(row.flags.0 & !RowFlags::HAS_LOAD.0);
+                        stale.active_requests = 1000 + at as u64;
+                        stale.active_decode_blocks = if at % 5 == 0 { 1 << 52 } else { 7000 };
+                        stale.active_prefill_tokens = 100_000 + at as u64;
+                        stale
+                    }
+                    // The fleet's flags (not odd), a counter beyond 2^52.
+                    8 => Row {
+                        active_decode_blocks: (1 << 52) + 1 + at as u64,
+                        ..*row
+                    },
+                    2 => Row {
+                        flags: RowFlags(row.flags.0 & !RowFlags::HAS_CACHE.0),
+                        ..*row
+                    },
+                    3 => Row {
+                        flags: RowFlags(row.flags.0 | 1 << 30),
+                        ..*row
+                    },
+                    4 => row.with_cache(Cache {
+                        effective_blocks: f64::NAN,
+                        ..Cache::default()
+                    }),
+                    5 => row.with_taints(TaintSet(row.taints.0 & !1)),
+                    6 => row.with_speed(Speed {
+                        base_ms: 5.0,
+                        ms_per_prefill_token: 0.01,
+                        ms_per_active_request: 1.0,
+                    }),
+                    _ => row.with_speed(Speed {
+                        base_ms: f64::NAN,
+                        ms_per_prefill_token: 0.01,
+                        ms_per_active_request: 1.0,
+                    }),
+                };
+            }
+            rows
+        })
+}
+
+/// The filters of [`tidy_rows_are_marked_as_row_by_row`]: a rule on the row alone (no taint or
+/// taint 1 required, limits around the fleet's counters and at 2^52), or an allow list, which
+/// is no rule.
+fn tidy_filter() -> impl Strategy<Value = TestFilter> {
+    let limit = |values: Vec<u64>| proptest::option::of(prop::sample::select(values));
+    prop_oneof![
+        2 => prop::sample::select(vec![0u64, 0, 1]).prop_map(|t| TestFilter::Builtin(BuiltinFilter::RequireTaints(RequireTaints(TaintSet(t))))),
+        4 => (limit(vec![0, 250, 499, 1 << 52]), limit(vec![0, 2500, (1 << 52) - 1]), limit(vec![0, 5, 20, 39]))
+            .prop_map(|(b, p, r)| TestFilter::Builtin(BuiltinFilter::OverloadLimits(
+                OverloadLimits { max_active_blocks: b, max_prefill_tokens: p, max_requests: r },
+            ))),
+        1 => prop::collection::vec(0u64..300, 0..64).prop_map(|ids| TestFilter::Builtin(BuiltinFilter::AllowList(AllowList::new(&ids).unwrap()))),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 1500, ..ProptestConfig::default() })]
+
+    /// The engine's marking over a tidy fleet (policies without scorers, and admission before
+    /// filters asked in a pass: the few odd rows marked again through their own flags, declining
+    /// when there are many) selects and fails as the same filters asked row by row; with no
+    /// filter, as a filter that keeps every row asked row by row.
+    #[test]
+    fn tidy_rows_are_marked_as_row_by_row(
+        rows in tidy_fleet(), filters in prop::collection::vec(tidy_filter(), 0..3),
+        required in prop::sample::select(vec![0u64, 0, 0, 1]),
+        seed in proptest::option::of(any::<u64>()), entropy in any::<u64>(),
+    ) {
+        let keep_all = TestFilter::Builtin(BuiltinFilter::OverloadLimits(OverloadLimits::default()));
+        let slow_filters = if filters.is_empty() { vec![keep_all] } else { filters.clone() };
+        let passes: Vec<&dyn Filter> = filters.iter().map(TestFilter::get).collect();
+        let by_row: Vec<RowByRow<&dyn Filter>> = slow_filters.iter().map(|f| RowByRow(f.get())).collect();
+        let request = Request::new(256, 16).required_taints(TaintSet(required));
+        let (mut a, mut b) = (Box::new(Selector::<512>::with_entropy(entropy)), Box::new(Selector::<512>::with_entropy(entropy)));
+        let by_position = Policy::new(&passes[..], (), RandomPicker).unwrap().with_seed(seed);
+        let by_position_slow = Policy::new(&by_row[..], (), RandomPicker).unwrap().with_seed(seed);
+        let least_cost = Policy::new(&passes[..], (), MinCostPicker).unwrap().with_seed(seed);
+        let least_cost_slow = Policy::new(&by_row[..], (), MinCostPicker).unwrap().with_seed(seed);
+        for _ in 0..2 {
+            let x = by_position.select(&mut a, &request, &rows);
+            let y = by_position_slow.select(&mut b, &request, &rows);
+            prop_assert_eq!(x, y);
+            let x = least_cost.select(&mut a, &request, &rows);
+            let y = least_cost_slow.select(&mut b, &request, &rows);
+            prop_assert_eq!(x, y);
+        }
+    }
+}
+
 #[test]
 fn a_failing_filter_reports_the_row_by_row_error() {
     // Worker 3's row is rejected by the first filter, worker 1's fails the second: asked row

@@ -13,7 +13,7 @@ use super::selector::{Last, Scratch, Selector};
 use crate::vocab::math::EXACT_LIMIT;
 use crate::vocab::{
     Candidates, Leg, Request, RequestView, Row, RowField, RowFlags, RowLimits, RowRule, RowView,
-    TaintSet, WorkerInputs, any_invalid_speed,
+    TaintSet, WorkerInputs, any_invalid_speed, for_each_odd_row, tidy_reference,
 };
 
 /// The most scorers one policy may sum (each needs a cost column in the [`Selector`]).
@@ -1045,10 +1045,87 @@ pub(crate) fn mark_unfiltered(
     }
 }
 
-/// [`mark_unfiltered`] for admission alone, with nothing to do per row.
+/// [`mark_unfiltered`] for admission alone, with nothing to do per row. A tidy fleet, for a
+/// request and a rule that require no taint, goes through [`mark_tidy`]; any other, or one that
+/// loop declines, row by row.
 #[inline]
 fn mark_rows(rows: &[Row], required: TaintSet, rule: &RowRule, order: &mut [u32]) -> Marked {
-    mark_unfiltered(rows, required, rule, order, |_, _, _| {})
+    let tidy = tidy_reference(rows)
+        .filter(|_| required.union(rule.required_taints) == TaintSet::EMPTY)
+        .and_then(|reference| {
+            if rule.has_limits() {
+                mark_tidy::<true>(rows, reference.flags, rule, order)
+            } else {
+                mark_tidy::<false>(rows, reference.flags, rule, order)
+            }
+        });
+    match tidy {
+        Some(marked) => marked,
+        None => mark_unfiltered(rows, required, rule, order, |_, _, _| {}),
+    }
+}
+
+/// [`mark_rows`] over a tidy fleet whose rows mostly have the flags `fleet` (a reference row's,
+/// not overloaded: [`tidy_reference`]), for a request and a rule that require no taint: those
+/// rows are candidates unless over the rule's limits, compared through the fleet's load mask
+/// (as `f64`, [`RowLimits`], when `LIMITS`), in a loop without per-row flag checks; the few rows
+/// with other flags are then marked again through their own flags and limits
+/// ([`for_each_odd_row`]). `None`, for the per-row loop to mark and say what is wrong, when more
+/// than one row in 16 is odd, a row is invalid, a counter compared reaches 2^52, or `order` is
+/// short.
+fn mark_tidy<const LIMITS: bool>(
+    rows: &[Row],
+    fleet: RowFlags,
+    rule: &RowRule,
+    order: &mut [u32],
+) -> Option<Marked> {
+    let n = rows.len();
+    if n > LEFT_OUT as usize || order.len() < n || fleet.contains(RowFlags::OVERLOADED) {
+        return None;
+    }
+    let order = &mut order[..n];
+    let limits = RowLimits::of(rule);
+    let load_mask = 0u64.wrapping_sub(u64::from(fleet.contains(RowFlags::HAS_LOAD)));
+    let (mut odd, mut invalid, mut high, mut left_out) = (0u32, false, 0u64, 0usize);
+    for (i, (row, slot)) in rows.iter().zip(order.iter_mut()).enumerate() {
+        odd |= row.flags.0 ^ fleet.0;
+        invalid |= row.has_invalid_estimate();
+        let excluded = limits.exceeded::<LIMITS>(row, load_mask, &mut high);
+        #[allow(clippy::cast_possible_truncation, reason = "n <= 2^31")]
+        {
+            *slot = i as u32 | (u32::from(excluded) * LEFT_OUT);
+        }
+        left_out += usize::from(excluded);
+    }
+    let mut all_flags = fleet.0;
+    if odd != 0 {
+        // The few odd rows, each through its own flags; the loop above counted each by the
+        // fleet's.
+        for_each_odd_row(rows, fleet, |i, row| {
+            all_flags |= row.flags.0;
+            let own = 0u64.wrapping_sub(u64::from(row.flags.contains(RowFlags::HAS_LOAD)));
+            let excluded = row.is_overloaded() | limits.exceeded::<LIMITS>(row, own, &mut high);
+            left_out -= usize::from(order[i] & LEFT_OUT != 0);
+            left_out += usize::from(excluded);
+            #[allow(clippy::cast_possible_truncation, reason = "n <= 2^31")]
+            {
+                order[i] = i as u32 | (u32::from(excluded) * LEFT_OUT);
+            }
+        })?;
+    }
+    if invalid
+        || all_flags & !RowFlags::ALL.0 != 0
+        || high >= EXACT_LIMIT
+        || (all_flags & RowFlags::HAS_SPEED.0 != 0 && any_invalid_speed(rows))
+    {
+        return None;
+    }
+    // No taint is required, so every row is eligible.
+    Some(Marked {
+        left_out,
+        eligible: n,
+        invalid: false,
+    })
 }
 
 /// [`mark_unfiltered`], the rule's limits compared only when `LIMITS`: one loop per case, so a
