@@ -16,7 +16,7 @@ pub use component::{
     Scorer, Scorers, Verdict,
 };
 pub use outcome::{Disposition, Explanation, SelectError, Selection};
-pub(crate) use policy::{LEFT_OUT, compact_left_out, mark_unfiltered, nan_left_out};
+pub(crate) use policy::{LEFT_OUT, compact_left_out, mark_tidy, mark_unfiltered, nan_left_out};
 pub use policy::{MAX_SCORERS, Policy, PolicyError};
 pub use rng::{RandomSource, WyRand};
 pub use selector::Selector;

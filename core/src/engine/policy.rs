@@ -1045,52 +1045,85 @@ pub(crate) fn mark_unfiltered(
     }
 }
 
-/// [`mark_unfiltered`] for admission alone, with nothing to do per row. A tidy fleet, for a
-/// request and a rule that require no taint, goes through [`mark_tidy`]; any other, or one that
-/// loop declines, row by row.
+/// [`mark_unfiltered`] for admission alone, with nothing to do per row: a tidy fleet through
+/// [`mark_tidy`], any other, or one that loop declines, row by row.
 #[inline]
 fn mark_rows(rows: &[Row], required: TaintSet, rule: &RowRule, order: &mut [u32]) -> Marked {
-    let tidy = tidy_reference(rows)
-        .filter(|_| required.union(rule.required_taints) == TaintSet::EMPTY)
-        .and_then(|reference| {
-            if rule.has_limits() {
-                mark_tidy::<true>(rows, reference.flags, rule, order)
-            } else {
-                mark_tidy::<false>(rows, reference.flags, rule, order)
-            }
-        });
-    match tidy {
-        Some(marked) => marked,
-        None => mark_unfiltered(rows, required, rule, order, |_, _, _| {}),
+    // One unit per row for `mark_tidy` to write: units take no memory.
+    let units = &mut [(); LEFT_OUT as usize];
+    mark_tidy(rows, required, rule, order, units, |_, _| ((), 0))
+        .unwrap_or_else(|| mark_unfiltered(rows, required, rule, order, |_, _, _| {}))
+}
+
+/// [`mark_unfiltered`] over a tidy fleet ([`tidy_reference`]) for a request and a rule that
+/// require no taint, which is most selections over a real fleet. The rows with the reference
+/// row's flags (not overloaded) are candidates unless over the rule's limits, compared through
+/// the fleet's load mask (as `f64`, [`RowLimits`], when the rule has limits), in a loop without
+/// per-row flag checks; the few rows with other flags (odd) are then marked again through their
+/// own flags and limits ([`for_each_odd_row`]).
+///
+/// `each(row, load_mask)` runs for every row in the loop with the fleet's load mask, and again
+/// for each odd row with the row's own; its value goes to the row's slot of `out`. A one-pass
+/// scorer computes its cost there, reading the load groups through the mask (zeros without a
+/// load projection), and also returns the largest counter it read, checked below 2^52 with the
+/// limits' counters.
+///
+/// `None`, for [`mark_unfiltered`] to mark row by row and say what is wrong: the fleet is not
+/// tidy, a taint is required, more than one row in 16 is odd, a row is invalid, a counter read
+/// reaches 2^52, or `order` or `out` is short.
+#[inline]
+pub(crate) fn mark_tidy<C>(
+    rows: &[Row],
+    required: TaintSet,
+    rule: &RowRule,
+    order: &mut [u32],
+    out: &mut [C],
+    each: impl Fn(&Row, u64) -> (C, u64),
+) -> Option<Marked> {
+    if required.union(rule.required_taints) != TaintSet::EMPTY {
+        return None;
+    }
+    let fleet = tidy_reference(rows)?.flags;
+    if rule.has_limits() {
+        mark_tidy_with::<true, C>(rows, fleet, rule, (order, out), each)
+    } else {
+        mark_tidy_with::<false, C>(rows, fleet, rule, (order, out), each)
     }
 }
 
-/// [`mark_rows`] over a tidy fleet whose rows mostly have the flags `fleet` (a reference row's,
-/// not overloaded: [`tidy_reference`]), for a request and a rule that require no taint: those
-/// rows are candidates unless over the rule's limits, compared through the fleet's load mask
-/// (as `f64`, [`RowLimits`], when `LIMITS`), in a loop without per-row flag checks; the few rows
-/// with other flags are then marked again through their own flags and limits
-/// ([`for_each_odd_row`]). `None`, for the per-row loop to mark and say what is wrong, when more
-/// than one row in 16 is odd, a row is invalid, a counter compared reaches 2^52, or `order` is
-/// short.
-fn mark_tidy<const LIMITS: bool>(
+/// [`mark_tidy`] over a fleet whose rows mostly have the flags `fleet`, the rule's limits
+/// compared only when `LIMITS`.
+fn mark_tidy_with<const LIMITS: bool, C>(
     rows: &[Row],
     fleet: RowFlags,
     rule: &RowRule,
-    order: &mut [u32],
+    (order, out): (&mut [u32], &mut [C]),
+    each: impl Fn(&Row, u64) -> (C, u64),
 ) -> Option<Marked> {
     let n = rows.len();
-    if n > LEFT_OUT as usize || order.len() < n || fleet.contains(RowFlags::OVERLOADED) {
+    if n > LEFT_OUT as usize
+        || order.len() < n
+        || out.len() < n
+        || fleet.contains(RowFlags::OVERLOADED)
+    {
         return None;
     }
-    let order = &mut order[..n];
+    let (order, out) = (&mut order[..n], &mut out[..n]);
     let limits = RowLimits::of(rule);
-    let load_mask = 0u64.wrapping_sub(u64::from(fleet.contains(RowFlags::HAS_LOAD)));
+    let load_mask = fleet.load_mask();
     let (mut odd, mut invalid, mut high, mut left_out) = (0u32, false, 0u64, 0usize);
-    for (i, (row, slot)) in rows.iter().zip(order.iter_mut()).enumerate() {
+    for (i, ((row, slot), value)) in rows
+        .iter()
+        .zip(order.iter_mut())
+        .zip(out.iter_mut())
+        .enumerate()
+    {
         odd |= row.flags.0 ^ fleet.0;
         invalid |= row.has_invalid_estimate();
         let excluded = limits.exceeded::<LIMITS>(row, load_mask, &mut high);
+        let read;
+        (*value, read) = each(row, load_mask);
+        high |= read;
         #[allow(clippy::cast_possible_truncation, reason = "n <= 2^31")]
         {
             *slot = i as u32 | (u32::from(excluded) * LEFT_OUT);
@@ -1103,8 +1136,11 @@ fn mark_tidy<const LIMITS: bool>(
         // fleet's.
         for_each_odd_row(rows, fleet, |i, row| {
             all_flags |= row.flags.0;
-            let own = 0u64.wrapping_sub(u64::from(row.flags.contains(RowFlags::HAS_LOAD)));
+            let own = row.flags.load_mask();
             let excluded = row.is_overloaded() | limits.exceeded::<LIMITS>(row, own, &mut high);
+            let read;
+            (out[i], read) = each(row, own);
+            high |= read;
             left_out -= usize::from(order[i] & LEFT_OUT != 0);
             left_out += usize::from(excluded);
             #[allow(clippy::cast_possible_truncation, reason = "n <= 2^31")]
@@ -1147,7 +1183,7 @@ fn mark_with<const LIMITS: bool>(
     for (i, (row, slot)) in rows.iter().zip(order.iter_mut()).enumerate() {
         invalid |= row.has_unknown_flags() | row.has_invalid_estimate();
         speeds |= row.flags.0 & RowFlags::HAS_SPEED.0;
-        let load_mask = 0u64.wrapping_sub(u64::from(row.flags.contains(RowFlags::HAS_LOAD)));
+        let load_mask = row.flags.load_mask();
         let excluded =
             !row.is_candidate(all) | limits.exceeded::<LIMITS>(row, load_mask, &mut high);
         #[allow(

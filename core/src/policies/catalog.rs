@@ -14,12 +14,12 @@ use crate::engine::{
     Admission, ComponentError, Filter, Filters, OnePass, Pick, PickInput, PickReason, Picker,
     Scorer, Scorers, Verdict,
 };
-use crate::engine::{LEFT_OUT, MAX_SCORERS, compact_left_out, mark_unfiltered};
+use crate::engine::{LEFT_OUT, MAX_SCORERS, compact_left_out, mark_tidy, mark_unfiltered};
 use crate::engine::{nan_left_out, refusal_among};
 
 use crate::policies::{DefaultCost, DefaultPicker};
 use crate::vocab::math::{EXACT_LIMIT, exact_f64};
-use crate::vocab::{Candidates, RequestView, RowLimits, RowView, WorkerInputs, any_invalid_speed};
+use crate::vocab::{Candidates, RequestView, RowView, WorkerInputs, any_invalid_speed};
 use crate::vocab::{Leg, Load, Row, RowFlags, RowRule, Speed, TaintSet, WorkerKey};
 use crate::vocab::{for_each_odd_row, tidy_reference};
 
@@ -155,9 +155,10 @@ impl LeastLoaded {
 }
 
 /// [`LeastLoaded`]'s pass for one load figure, read by `figure` (a field of the row):
-/// instantiated per metric, so the loop has no branch on the metric. A tidy fleet, for a
-/// request and a rule that require no taint, goes through [`least_load_uniform`]; any other, or
-/// one that loop declines, through the engine's admission row by row ([`one_pass`]).
+/// instantiated per metric, so the loop has no branch on the metric. A tidy fleet goes through
+/// the engine's [`mark_tidy`], the figure read through its load masks and converted exactly
+/// ([`exact_f64`]; `mark_tidy` checks it below 2^52); any other, or one that loop declines,
+/// through the engine's admission row by row ([`one_pass`]).
 fn least_load_pass(
     request: &RequestView<'_>,
     rows: &[Row],
@@ -166,97 +167,27 @@ fn least_load_pass(
     in_place: bool,
     figure: impl Fn(&Row) -> u64 + Copy,
 ) -> Option<OnePass> {
-    let rule = request.row_rule();
-    let uniform = tidy_reference(rows)
-        .filter(|_| request.required_taints().union(rule.required_taints) == TaintSet::EMPTY)
-        .and_then(|reference| {
-            let fleet = (rows, reference, &rule);
-            if rule.has_limits() {
-                least_load_uniform::<true>(fleet, order, costs, in_place, figure)
-            } else {
-                least_load_uniform::<false>(fleet, order, costs, in_place, figure)
-            }
-        });
-    if uniform.is_some() {
-        return uniform;
+    let n = rows.len();
+    if costs.len() >= n && order.len() >= n {
+        let (order, costs) = (&mut order[..n], &mut costs[..n]);
+        let tidy = mark_tidy(
+            rows,
+            request.required_taints(),
+            &request.row_rule(),
+            order,
+            costs,
+            |row, load_mask| {
+                let load = figure(row) & load_mask;
+                (exact_f64(load), load)
+            },
+        );
+        if let Some(marked) = tidy {
+            return finish_pass(order, costs, marked.left_out, in_place);
+        }
     }
     one_pass(request, rows, order, costs, in_place, |row, _| {
-        // `Row::load`'s zeros for a row without a load projection, as a mask.
-        let has = 0u64.wrapping_sub(u64::from(row.flags.contains(RowFlags::HAS_LOAD)));
-        as_cost(figure(row) & has)
+        as_cost(figure(row) & row.flags.load_mask())
     })
-}
-
-/// [`least_load_pass`] over a tidy fleet ([`tidy_reference`]) for a request
-/// and a rule that require no taint. The rows with `reference`'s flags (not overloaded) are
-/// candidates unless over the rule's limits: they are read through the fleet's load mask in a
-/// loop without per-row flag checks, the limits compared as `f64` when `LIMITS` ([`RowLimits`])
-/// and the figure converted exactly ([`exact_f64`]; every counter read is checked below 2^52).
-/// The few rows with other flags (odd) are then taken again through their own masks and
-/// admission ([`for_each_odd_row`]). `None`, for the per-row loop to decide, when more than one
-/// row in 16 is odd, a row is invalid, a counter reaches 2^52, no row is a candidate, or the
-/// fleet does not fit `order` and `costs`.
-fn least_load_uniform<const LIMITS: bool>(
-    (rows, reference, rule): (&[Row], &Row, &RowRule),
-    order: &mut [u32],
-    costs: &mut [f64],
-    in_place: bool,
-    figure: impl Fn(&Row) -> u64,
-) -> Option<OnePass> {
-    let n = rows.len();
-    let flags = reference.flags;
-    if n > LEFT_OUT as usize || order.len() < n || costs.len() < n || reference.is_overloaded() {
-        return None;
-    }
-    let (order, costs) = (&mut order[..n], &mut costs[..n]);
-    let limits = RowLimits::of(rule);
-    let load_mask = 0u64.wrapping_sub(u64::from(flags.contains(RowFlags::HAS_LOAD)));
-    let (mut odd, mut invalid, mut high, mut left_out) = (0u32, false, 0u64, 0usize);
-    for (i, ((row, cost), slot)) in rows
-        .iter()
-        .zip(costs.iter_mut())
-        .zip(order.iter_mut())
-        .enumerate()
-    {
-        odd |= row.flags.0 ^ flags.0;
-        invalid |= row.has_invalid_estimate();
-        let load = figure(row) & load_mask;
-        high |= load;
-        let excluded = limits.exceeded::<LIMITS>(row, load_mask, &mut high);
-        *cost = exact_f64(load);
-        #[allow(clippy::cast_possible_truncation, reason = "n <= 2^31")]
-        {
-            *slot = i as u32 | (u32::from(excluded) * LEFT_OUT);
-        }
-        left_out += usize::from(excluded);
-    }
-    let mut all_flags = flags.0;
-    if odd != 0 {
-        // The few odd rows, each through its own load mask and admission; the loop above
-        // counted each by the fleet's.
-        for_each_odd_row(rows, flags, |i, row| {
-            all_flags |= row.flags.0;
-            let own = 0u64.wrapping_sub(u64::from(row.flags.contains(RowFlags::HAS_LOAD)));
-            let excluded = row.is_overloaded() | limits.exceeded::<LIMITS>(row, own, &mut high);
-            let load = figure(row) & own;
-            high |= load;
-            costs[i] = exact_f64(load);
-            left_out -= usize::from(order[i] & LEFT_OUT != 0);
-            left_out += usize::from(excluded);
-            #[allow(clippy::cast_possible_truncation, reason = "n <= 2^31")]
-            {
-                order[i] = i as u32 | (u32::from(excluded) * LEFT_OUT);
-            }
-        })?;
-    }
-    if invalid
-        || all_flags & !RowFlags::ALL.0 != 0
-        || high >= EXACT_LIMIT
-        || (all_flags & RowFlags::HAS_SPEED.0 != 0 && any_invalid_speed(rows))
-    {
-        return None;
-    }
-    finish_pass(order, costs, left_out, in_place)
 }
 
 /// Steps 1 to 3 in one pass for a catalog scorer ([`Scorer::score_all_rows`]): the engine's
@@ -452,7 +383,7 @@ fn two_mode_uniform(
         return None;
     }
     let (order, costs) = (&mut order[..n], &mut costs[..n]);
-    let load_mask = 0u64.wrapping_sub(u64::from(flags.contains(RowFlags::HAS_LOAD)));
+    let load_mask = flags.load_mask();
     let dev_mask = 0u32.wrapping_sub(u32::from(flags.contains(RowFlags::HAS_CACHE)));
     let (mut odd, mut invalid, mut high) = (0u32, false, 0u64);
     let (mut lo, mut hi, mut best) = (f64::INFINITY, 0.0_f64, 0u32);

@@ -51,6 +51,13 @@ impl RowFlags {
     pub const fn contains(self, other: RowFlags) -> bool {
         self.0 & other.0 == other.0
     }
+
+    /// All ones when the flags carry a load projection ([`RowFlags::HAS_LOAD`]), else zero: a
+    /// load counter `&` this mask reads as [`Row::load`] does, zero without a projection, with
+    /// no branch.
+    pub(crate) const fn load_mask(self) -> u64 {
+        0u64.wrapping_sub(self.contains(RowFlags::HAS_LOAD) as u64)
+    }
 }
 
 /// The CACHE inputs of one candidate: overlap per tier and the accounting estimate.
