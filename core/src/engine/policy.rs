@@ -1038,10 +1038,12 @@ pub(crate) fn mark_unfiltered(
     order: &mut [u32],
     each: impl FnMut(usize, &Row, bool),
 ) -> Marked {
-    if rule.has_limits() {
-        mark_with::<true>(rows, required, rule, order, each)
-    } else {
-        mark_with::<false>(rows, required, rule, order, each)
+    let taints = required.union(rule.required_taints) != TaintSet::EMPTY;
+    match (rule.has_limits(), taints) {
+        (true, true) => mark_with::<true, true>(rows, required, rule, order, each),
+        (true, false) => mark_with::<true, false>(rows, required, rule, order, each),
+        (false, true) => mark_with::<false, true>(rows, required, rule, order, each),
+        (false, false) => mark_with::<false, false>(rows, required, rule, order, each),
     }
 }
 
@@ -1164,12 +1166,13 @@ fn mark_tidy_with<const LIMITS: bool, C>(
     })
 }
 
-/// [`mark_unfiltered`], the rule's limits compared only when `LIMITS`: one loop per case, so a
-/// rule without limits costs the loop nothing. The limits are compared as `f64`
+/// [`mark_unfiltered`], the rule's limits compared only when `LIMITS` and the taints only when
+/// `TAINTS` (some taint is required): one loop per case, so a rule without limits, or a request
+/// and rule without required taints (every row eligible), cost the loop nothing. The limits are compared as `f64`
 /// ([`RowLimits`]), exact for counters below 2^52; a row with a load projection and a counter
 /// at or above it makes the marking invalid, and the caller then decides row by row.
 #[inline]
-fn mark_with<const LIMITS: bool>(
+fn mark_with<const LIMITS: bool, const TAINTS: bool>(
     rows: &[Row],
     required: TaintSet,
     rule: &RowRule,
@@ -1184,8 +1187,12 @@ fn mark_with<const LIMITS: bool>(
         invalid |= row.has_unknown_flags() | row.has_invalid_estimate();
         speeds |= row.flags.0 & RowFlags::HAS_SPEED.0;
         let load_mask = row.flags.load_mask();
-        let excluded =
-            !row.is_candidate(all) | limits.exceeded::<LIMITS>(row, load_mask, &mut high);
+        let refused = if TAINTS {
+            !row.is_candidate(all)
+        } else {
+            row.is_overloaded()
+        };
+        let excluded = refused | limits.exceeded::<LIMITS>(row, load_mask, &mut high);
         #[allow(
             clippy::cast_possible_truncation,
             reason = "rows.len() <= capacity <= 2^31"
@@ -1194,10 +1201,15 @@ fn mark_with<const LIMITS: bool>(
             *slot = i as u32 | (u32::from(excluded) * LEFT_OUT);
         }
         left_out += usize::from(excluded);
-        eligible += usize::from(row.taints.contains_all(required));
+        if TAINTS {
+            eligible += usize::from(row.taints.contains_all(required));
+        }
         each(i, row, !excluded);
     }
     invalid |= high >= EXACT_LIMIT || (speeds != 0 && any_invalid_speed(rows));
+    if !TAINTS {
+        eligible = rows.len();
+    }
     Marked {
         left_out,
         eligible,
