@@ -1168,9 +1168,10 @@ fn mark_tidy_with<const LIMITS: bool, C>(
 
 /// [`mark_unfiltered`], the rule's limits compared only when `LIMITS` and the taints only when
 /// `TAINTS` (some taint is required): one loop per case, so a rule without limits, or a request
-/// and rule without required taints (every row eligible), cost the loop nothing. The limits are compared as `f64`
-/// ([`RowLimits`]), exact for counters below 2^52; a row with a load projection and a counter
-/// at or above it makes the marking invalid, and the caller then decides row by row.
+/// and a rule without required taints (every row eligible), cost the loop nothing. The limits
+/// are compared as `f64` ([`RowLimits`]), exact for counters below 2^52; a row with a load
+/// projection and a counter at or above it makes the marking invalid, and the caller then
+/// decides row by row.
 #[inline]
 fn mark_with<const LIMITS: bool, const TAINTS: bool>(
     rows: &[Row],
